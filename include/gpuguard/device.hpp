@@ -1,0 +1,103 @@
+/**
+ * @file device.hpp
+ * @brief The current device: queries, and `scoped_device`, which restores it on every exit path.
+ */
+#pragma once
+
+#include <gpuguard/config.hpp>
+#include <gpuguard/detail/teardown.hpp>
+#include <gpuguard/error.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace gpuguard {
+
+namespace detail {
+/// Statuses that mean "this machine has no usable GPU" rather than a fault in the program.
+constexpr bool is_no_device_status(cudaError_t status) noexcept {
+  return status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver ||
+         status == cudaErrorStubLibrary;
+}
+
+inline std::string no_device_message(const char* call) {
+  return std::string("no CUDA-capable device is available (") + call + ")";
+}
+}  // namespace detail
+
+/**
+ * Number of CUDA devices visible to this process.
+ * @throws cuda_error whose message starts "no CUDA-capable device is available" when the machine
+ *         has no GPU or no driver, and names the call and the CUDA error.
+ */
+[[nodiscard]] inline int device_count() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess) { return count; }
+  detail::throw_cuda_error(status, detail::is_no_device_status(status)
+                                       ? detail::no_device_message("cudaGetDeviceCount")
+                                       : std::string("cudaGetDeviceCount"));
+}
+
+/// True when at least one CUDA device is usable. Never throws.
+[[nodiscard]] inline bool has_device() noexcept {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  static_cast<void>(cudaGetLastError());
+  return ok;
+}
+
+/// The calling thread's current device. @throws cuda_error as `device_count` does.
+[[nodiscard]] inline int current_device() {
+  int device = 0;
+  const cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) { return device; }
+  detail::throw_cuda_error(status, detail::is_no_device_status(status)
+                                       ? detail::no_device_message("cudaGetDevice")
+                                       : std::string("cudaGetDevice"));
+}
+
+/**
+ * Makes `device` current for the lifetime of this object and restores the previous device when it
+ * ends, however the scope is left. Host memory (`host_device_id`) needs no device, so entering it
+ * changes nothing. Use `GPUGUARD_SCOPED_DEVICE(dev);` to get a named guard.
+ */
+class scoped_device {
+ public:
+  /// @throws cuda_error if the current device cannot be read or `device` cannot be made current.
+  explicit scoped_device(int device) {
+    if (device == host_device_id) { return; }
+    previous_ = current_device();
+    if (previous_ != device) {
+      GPUGUARD_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    }
+  }
+
+  scoped_device(const scoped_device&) = delete;
+  scoped_device& operator=(const scoped_device&) = delete;
+  scoped_device(scoped_device&&) = delete;
+  scoped_device& operator=(scoped_device&&) = delete;
+
+  ~scoped_device() {
+    if (previous_ == host_device_id) { return; }
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now == previous_) { return; }
+    detail::report_teardown(cudaSetDevice(previous_), "cudaSetDevice (restore previous device)");
+  }
+
+  /// The device that was current before this guard and will be again after it.
+  [[nodiscard]] int previous() const noexcept { return previous_; }
+
+ private:
+  int previous_ = host_device_id;
+};
+
+static_assert(!std::is_copy_constructible_v<scoped_device> &&
+                  !std::is_move_constructible_v<scoped_device>,
+              "scoped_device is tied to its scope: neither copyable nor movable");
+
+}  // namespace gpuguard
+
+/// Declares a named `gpuguard::scoped_device` for the rest of the enclosing scope.
+#define GPUGUARD_SCOPED_DEVICE(device) \
+  ::gpuguard::scoped_device GPUGUARD_DETAIL_UNIQUE(gpuguard_scoped_device_)(device)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs, with apt, the Debian packages gpuguard's build and tests need, if any is missing.
+# The CUDA toolkit (nvcc) is not a Debian package here: it must already be on the machine.
+set -euo pipefail
+packages=(cmake ninja-build g++ python3 libgtest-dev libgmock-dev libbenchmark-dev clang-tidy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "deps: nvcc is not on PATH; add /usr/local/cuda/bin to it (the scripts do so themselves)"
+fi

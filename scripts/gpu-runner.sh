@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU runner: on a machine with a GPU (the H200 through the device tool), configures and
+# builds gpuguard with every core, runs the whole suite with GPU tests required, fails if any GPU
+# test skipped, and prints a short summary last. Logs go to $OUT (or ./gpu-runner-out).
+# usage: scripts/gpu-runner.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-"$root/gpu-runner-out"}
+mkdir -p "$out"
+build=${GPUGUARD_GPU_BUILD:-/tmp/gpuguard-gpu-build}
+. "$root/scripts/env.sh"
+jobs=$(nproc)
+summary=()
+status=0
+
+step() {  # step NAME COMMAND...: runs COMMAND, logs to $out/NAME.log, records pass/fail
+  local name=$1; shift
+  local start=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then
+    summary+=("$name: ok ($((SECONDS - start)) s)")
+  else
+    summary+=("$name: FAILED ($((SECONDS - start)) s, see $name.log)")
+    status=1
+    tail -40 "$out/$name.log"
+  fi
+}
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  nvcc --version | tail -1
+  cmake --version | head -1
+  g++ --version | head -1
+} >"$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+
+step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CUDA_ARCHITECTURES=90
+step build cmake --build "$build" -j "$jobs"
+export GPUGUARD_REQUIRE_GPU=1
+step ctest ctest --test-dir "$build" -j "$jobs" --output-on-failure --output-junit "$out/ctest.xml"
+step demo "$build/examples/gpuguard_demo"
+
+gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
+skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
+passed=$(grep -o 'tests passed, [0-9]* tests failed out of [0-9]*' "$out/ctest.log" | head -1)
+if [ "${gpu_total:-0}" -eq 0 ]; then
+  summary+=("gpu tests: NONE were built (is nvcc there?)"); status=1
+fi
+if [ "${skipped:-0}" -ne 0 ]; then
+  summary+=("skipped tests: $skipped (a GPU test skipped on a GPU machine is a failure)"); status=1
+  grep -B1 -A2 'skipped' "$out/ctest.xml" | head -20
+fi
+cat "$out/demo.log" 2>/dev/null
+
+echo
+echo "=== gpu-runner summary ==="
+printf '%s\n' "${summary[@]}"
+echo "ctest: ${passed:-no result}; GPU tests: ${gpu_total:-0}; skipped: ${skipped:-0}"
+echo "result: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)"
+exit "$status"
