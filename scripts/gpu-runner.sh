@@ -43,7 +43,7 @@ step demo "$build/examples/gpuguard_demo"
 
 gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
 skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
-passed=$(grep -o 'tests passed, [0-9]* tests failed out of [0-9]*' "$out/ctest.log" | head -1)
+passed=$(grep -o '[0-9]*% tests passed.*out of [0-9]*' "$out/ctest.log" | tail -1)
 if [ "${gpu_total:-0}" -eq 0 ]; then
   summary+=("gpu tests: NONE were built (is nvcc there?)"); status=1
 fi
