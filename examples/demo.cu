@@ -1,11 +1,13 @@
-// gpuguard demo: what the header-only guards do for a training step.
+// gpuguard demo: what the guards and the tracking ledger do for a training job.
 //  1. a kernel whose inputs, output, stream and timing events are owned by guards;
 //  2. a step that throws halfway, and the memory it had, all back;
-//  3. a stream-ordered buffer freed on its stream, and the device restored after a scope.
-// On a machine without a GPU it says so and runs step 2 on host memory.
-#include "memory_in_use.hpp"
-
+//  3. a stream-ordered buffer freed on its stream, and the device restored after a scope;
+//  4. a buffer kept alive by a bug (a cache nobody clears), which the leak report at exit names.
+// Tracking is on from the start (GPUGUARD_OPTIONS applies). On a machine without a GPU it says so,
+// tracks host memory instead, and runs steps 2 and 4.
 #include <gpuguard/gpuguard.hpp>
+#include <gpuguard/ledger.hpp>
+#include <gpuguard/tracking.hpp>
 
 #include <cstdio>
 #include <stdexcept>
@@ -13,11 +15,16 @@
 
 namespace {
 
-using examples::mib;
+constexpr std::size_t mib = 1024 * 1024;
 
 __global__ void scale(float* data, float factor, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) { data[i] *= factor; }
+}
+
+/// What the ledger says is live on the device the guards use now.
+std::size_t tracked_bytes() {
+  return gpuguard::device_counters(gpuguard::current_device_resource().device).current_bytes;
 }
 
 bool kernel_step() {
@@ -39,33 +46,33 @@ bool kernel_step() {
   return ok;
 }
 
-void failing_step(const gpuguard::host_memory_resource* host) {
+void failing_step() {
+  GPUGUARD_TAG("train_step");
   gpuguard::device_buffer activations(512 * mib);
   gpuguard::device_array<float> gradients(64 * mib);
-  std::printf("[demo] 2. mid-step: %zu MiB in use\n", examples::memory_in_use(host) / mib);
-  throw std::runtime_error("CUDA kernel reported NaN loss");
+  std::printf("[demo] 2. mid-step: %zu MiB tracked\n", tracked_bytes() / mib);
+  throw std::runtime_error("kernel reported NaN loss");
 }
 
-bool exception_step(const gpuguard::host_memory_resource* host) {
-  const std::size_t before = examples::memory_in_use(host);
+bool exception_step() {
+  const std::size_t before = tracked_bytes();
   try {
-    failing_step(host);
+    failing_step();
   } catch (const std::exception& error) {
     std::printf("[demo] 2. the step threw \"%s\"\n", error.what());
   }
-  const std::size_t after = examples::memory_in_use(host);
-  std::printf("[demo] 2. in use before %zu MiB, after the throw %zu MiB: %s\n", before / mib,
-              after / mib, after <= before ? "nothing lost" : "MEMORY LOST");
-  return after <= before;
+  const std::size_t after = tracked_bytes();
+  std::printf("[demo] 2. tracked before %zu MiB, after the throw %zu MiB: %s\n", before / mib,
+              after / mib, after == before ? "nothing lost" : "MEMORY LOST");
+  return after == before;
 }
 
 bool stream_ordered_step() {
   gpuguard::cuda_async_memory_resource pool;
   const gpuguard::stream stream;
   {
-    const gpuguard::device_buffer staging(256 * mib, stream, pool);
-    GPUGUARD_CUDA_TRY(cudaMemsetAsync(const_cast<void*>(staging.data()), 0, staging.size(),
-                                      stream.get()));
+    gpuguard::device_buffer staging(256 * mib, stream, pool);
+    GPUGUARD_CUDA_TRY(cudaMemsetAsync(staging.data(), 0, staging.size(), stream.get()));
   }  // freed with cudaFreeAsync on `stream`, no device-wide sync
   stream.synchronize();
   const int before = gpuguard::current_device();
@@ -78,27 +85,41 @@ bool stream_ordered_step() {
   return ok;
 }
 
+/// The planted bug: evaluation results cached "for later" and never cleared. The cache outlives
+/// main, so its buffer is still live when the leak report runs at exit.
+std::vector<gpuguard::device_buffer>& eval_cache() {
+  static std::vector<gpuguard::device_buffer> cache;
+  return cache;
+}
+
+void cache_eval_outputs() {
+  GPUGUARD_TAG("eval");
+  eval_cache().emplace_back(128 * mib);  // the leak the report at exit points to
+  std::printf("[demo] 4. cached 128 MiB of eval outputs and forgot them: see the report below\n");
+}
+
 }  // namespace
 
 int main() try {
-  gpuguard::host_memory_resource host_memory;
-  const bool gpu = gpuguard::has_device();
+  eval_cache().reserve(1);  // made before tracking starts, so it is destroyed after the report
+  gpuguard::enable_tracking();
+  const bool gpu = gpuguard::has_device() && gpuguard::process_options().device != gpuguard::device_mode::host;
   bool ok = true;
   if (gpu) {
     cudaDeviceProp prop{};
     GPUGUARD_CUDA_TRY(cudaGetDeviceProperties(&prop, gpuguard::current_device()));
     std::printf("[demo] running on GPU %d: %s\n", gpuguard::current_device(), prop.name);
     ok = kernel_step() && ok;
-    ok = exception_step(nullptr) && ok;
+    ok = exception_step() && ok;
     ok = stream_ordered_step() && ok;
   } else {
-    std::printf("[demo] no CUDA device on this machine: steps 1 and 3 need one and are skipped;\n"
-                "[demo] step 2 runs on host memory (gpuguard::host_memory_resource)\n");
-    gpuguard::set_current_resource(&host_memory, gpuguard::host_device_id);
-    ok = exception_step(&host_memory);
-    gpuguard::set_current_resource(nullptr, gpuguard::host_device_id);
+    std::printf("[demo] no GPU in use: steps 1 and 3 need one and are skipped; steps 2 and 4 run on "
+                "host memory\n");
+    ok = exception_step();
   }
-  std::printf("[demo] %s\n", ok ? "done: every guard freed what it owned" : "FAILED");
+  cache_eval_outputs();
+  std::printf("[demo] %s; the leak report follows at exit\n",
+              ok ? "steps done: every guard freed what it owned" : "FAILED");
   return ok ? 0 : 1;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "[demo] error: %s\n", error.what());

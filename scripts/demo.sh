@@ -10,4 +10,5 @@ build=${1:-"$root/build"}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target gpuguard_demo
 echo
-"$build/examples/gpuguard_demo"
+# Stacks on, so the leak report at the end names the line that leaked.
+GPUGUARD_OPTIONS=${GPUGUARD_OPTIONS:-stacks=all} "$build/examples/gpuguard_demo"

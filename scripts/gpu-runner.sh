@@ -39,7 +39,9 @@ step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
 step build cmake --build "$build" -j "$jobs"
 export GPUGUARD_REQUIRE_GPU=1
 step ctest ctest --test-dir "$build" -j "$jobs" --output-on-failure --output-junit "$out/ctest.xml"
-step demo "$build/examples/gpuguard_demo"
+GPUGUARD_OPTIONS=stacks=all step demo "$build/examples/gpuguard_demo"
+step benchmarks python3 "$root/benchmarks/report.py" "$build/benchmarks/gpuguard_tracking_bench" \
+  --section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
 
 gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
 skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
@@ -51,7 +53,7 @@ if [ "${skipped:-0}" -ne 0 ]; then
   summary+=("skipped tests: $skipped (a GPU test skipped on a GPU machine is a failure)"); status=1
   grep -B1 -A2 'skipped' "$out/ctest.xml" | head -20
 fi
-cat "$out/demo.log" 2>/dev/null
+cat "$out/demo.log" "$out/benchmarks.md" 2>/dev/null
 
 echo
 echo "=== gpu-runner summary ==="

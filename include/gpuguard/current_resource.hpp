@@ -18,16 +18,13 @@
 
 namespace gpuguard {
 
-/// Devices beyond this id cannot have a resource of their own (they use the default).
-inline constexpr int max_devices = 64;
-
 namespace detail {
 
 // Slot 0: pinned host memory; slot 1: host fallback when no GPU is usable; slot 2 + d: device d.
 inline constexpr int pinned_slot = 0;
 inline constexpr int host_slot = 1;
 
-inline std::atomic<memory_resource*>& resource_slot(int slot) noexcept {
+GPUGUARD_SHARED_STATE inline std::atomic<memory_resource*>& resource_slot(int slot) noexcept {
   static std::atomic<memory_resource*> slots[max_devices + 2] = {};
   return slots[slot];
 }
@@ -44,7 +41,7 @@ inline int device_slot(int device) {
 /// A function-local object that is never destroyed: buffers in static objects may still free
 /// through the default resources while the process exits, after ordinary statics are gone.
 template <class T>
-T& never_destroyed() noexcept {
+GPUGUARD_SHARED_STATE T& never_destroyed() noexcept {
   static_assert(std::is_nothrow_default_constructible_v<T>, "constructed where it cannot throw");
   alignas(T) static unsigned char storage[sizeof(T)];
   static T* const object = ::new (static_cast<void*>(storage)) T();

@@ -12,7 +12,7 @@
 namespace gpuguard {
 namespace detail {
 
-inline std::atomic<unsigned long>& teardown_error_counter() noexcept {
+GPUGUARD_SHARED_STATE inline std::atomic<unsigned long>& teardown_error_counter() noexcept {
   static std::atomic<unsigned long> counter{0};
   return counter;
 }

@@ -1,0 +1,47 @@
+# Chooses how Boost.Stacktrace resolves frames and defines the INTERFACE target
+# gpuguard_stacktrace that carries the choice.
+#  backtrace  Debian's compiled libboost_stacktrace_backtrace (function, file and line)
+#  addr2line  header-only, resolving through the addr2line program (function, file and line)
+#  basic      header-only, dladdr (exported function names only)
+# GPUGUARD_STACKTRACE_BACKEND=<name> forces one; by default the first that is available wins.
+set(GPUGUARD_STACKTRACE_BACKEND "" CACHE STRING "Boost.Stacktrace backend: backtrace, addr2line or basic (empty: pick)")
+
+find_path(GPUGUARD_BOOST_INCLUDE_DIR boost/stacktrace.hpp)
+if(NOT GPUGUARD_BOOST_INCLUDE_DIR)
+  message(FATAL_ERROR "gpuguard needs Boost.Stacktrace's headers (boost/stacktrace.hpp); "
+                      "on Debian: apt-get install libboost-stacktrace-dev")
+endif()
+find_library(GPUGUARD_BOOST_STACKTRACE_BACKTRACE_LIB boost_stacktrace_backtrace)
+find_program(GPUGUARD_ADDR2LINE addr2line)
+
+set(backend "${GPUGUARD_STACKTRACE_BACKEND}")
+if(backend STREQUAL "")
+  if(GPUGUARD_BOOST_STACKTRACE_BACKTRACE_LIB)
+    set(backend backtrace)
+  elseif(GPUGUARD_ADDR2LINE)
+    set(backend addr2line)
+  else()
+    set(backend basic)
+  endif()
+endif()
+
+add_library(gpuguard_stacktrace INTERFACE)
+target_include_directories(gpuguard_stacktrace SYSTEM INTERFACE "${GPUGUARD_BOOST_INCLUDE_DIR}")
+target_link_libraries(gpuguard_stacktrace INTERFACE ${CMAKE_DL_LIBS})
+if(backend STREQUAL "backtrace")
+  if(NOT GPUGUARD_BOOST_STACKTRACE_BACKTRACE_LIB)
+    message(FATAL_ERROR "GPUGUARD_STACKTRACE_BACKEND=backtrace but libboost_stacktrace_backtrace was not found")
+  endif()
+  target_compile_definitions(gpuguard_stacktrace INTERFACE BOOST_STACKTRACE_LINK BOOST_STACKTRACE_DYN_LINK)
+  target_link_libraries(gpuguard_stacktrace INTERFACE "${GPUGUARD_BOOST_STACKTRACE_BACKTRACE_LIB}")
+elseif(backend STREQUAL "addr2line")
+  if(NOT GPUGUARD_ADDR2LINE)
+    message(FATAL_ERROR "GPUGUARD_STACKTRACE_BACKEND=addr2line but no addr2line program was found")
+  endif()
+  target_compile_definitions(gpuguard_stacktrace INTERFACE BOOST_STACKTRACE_USE_ADDR2LINE
+    "BOOST_STACKTRACE_ADDR2LINE_LOCATION=${GPUGUARD_ADDR2LINE}")
+elseif(NOT backend STREQUAL "basic")
+  message(FATAL_ERROR "GPUGUARD_STACKTRACE_BACKEND='${backend}': expected backtrace, addr2line or basic")
+endif()
+target_compile_definitions(gpuguard_stacktrace INTERFACE "GPUGUARD_STACKTRACE_BACKEND=\"${backend}\"")
+set(GPUGUARD_STACKTRACE_BACKEND_USED "${backend}")

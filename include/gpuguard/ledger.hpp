@@ -1,0 +1,169 @@
+/**
+ * @file ledger.hpp
+ * @brief The process-wide ledger: every live allocation, exact counters per device and per tag,
+ *        allocation sites, and misuse counts. Every source (tracking resource, LibTorch adapter,
+ *        preload interposer) records into it; every report reads from it.
+ */
+#pragma once
+
+#include <gpuguard/config.hpp>
+#include <gpuguard/memory_resource.hpp>
+#include <gpuguard/options.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpuguard {
+
+/// An allocation site: an interned stack. 0 means "no stack" (stacks off, or not sampled).
+using site_id = std::uint32_t;
+inline constexpr site_id no_site = 0;
+
+/// A tag: a short label for a region of code. 0 is "untagged".
+using tag_id = std::uint16_t;
+inline constexpr tag_id untagged = 0;
+/// Tags beyond this many distinct labels all count as one "(other)" tag.
+inline constexpr int max_tags = 256;
+
+/// Counter values for one device or one tag at one moment.
+struct counters {
+  std::size_t current_bytes = 0;     ///< live bytes now
+  std::size_t peak_bytes = 0;        ///< most live bytes ever
+  std::size_t phase_peak_bytes = 0;  ///< most live bytes since the last `reset_phase_peak()`
+  std::size_t total_bytes = 0;       ///< bytes ever allocated
+  std::uint64_t allocations = 0;     ///< allocations ever recorded
+  std::uint64_t frees = 0;           ///< frees ever recorded
+  [[nodiscard]] std::uint64_t live_count() const noexcept { return allocations - frees; }
+};
+
+/// One allocation as the ledger knows it.
+struct allocation_record {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  int device = host_device_id;
+  cudaStream_t stream = nullptr;
+  memory_kind kind = memory_kind::device;
+  tag_id tag = untagged;
+  std::uint32_t thread = 0;   ///< gpuguard's small id for the allocating thread (1, 2, ...)
+  std::int64_t time_ns = 0;   ///< nanoseconds since the ledger started (steady clock)
+  site_id site = no_site;
+  std::uint64_t sequence = 0; ///< 1 for the first allocation of the process, 2 for the next, ...
+};
+
+/// Kinds of misuse the ledger detects when memory is freed.
+enum class misuse_kind { unknown_pointer, double_free, wrong_size, wrong_device };
+GPUGUARD_API const char* to_string(misuse_kind kind) noexcept;
+
+struct misuse_counts {
+  std::uint64_t unknown_pointer = 0;
+  std::uint64_t double_free = 0;
+  std::uint64_t wrong_size = 0;
+  std::uint64_t wrong_device = 0;
+  [[nodiscard]] std::uint64_t total() const noexcept {
+    return unknown_pointer + double_free + wrong_size + wrong_device;
+  }
+};
+
+/// A consistent copy of the ledger: all of it as of one instant.
+struct ledger_snapshot {
+  std::vector<std::pair<int, counters>> devices;        ///< devices that ever allocated (host: -1), ascending
+  std::vector<std::pair<std::string, counters>> tags;   ///< tags that ever allocated, by id ("" = untagged)
+  misuse_counts misuse;
+  std::vector<allocation_record> live;                  ///< only when asked for; by sequence
+};
+
+/// What a source hands the ledger for a new allocation.
+struct allocation_event {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  int device = host_device_id;
+  cudaStream_t stream = nullptr;
+  memory_kind kind = memory_kind::device;
+};
+
+/// What the ledger knew about a freed pointer, so the source can free it correctly.
+struct free_result {
+  bool known = false;           ///< the pointer was live; `bytes` and `device` are the recorded ones
+  bool double_free = false;     ///< the pointer was freed recently and not reallocated since
+  std::size_t bytes = 0;
+  int device = host_device_id;
+};
+
+/// A resolved stack frame.
+struct frame_info {
+  std::uintptr_t address = 0;
+  std::string function;  ///< demangled name, or "" when unknown
+  std::string file;      ///< source file, or "" when unknown
+  std::size_t line = 0;  ///< 0 when unknown
+};
+
+/**
+ * Records an allocation (the hot path: no I/O, no global lock, no heap allocation in steady
+ * state). The tag is the calling thread's current tag; a stack is captured per `stacks`.
+ */
+GPUGUARD_API void record_allocation(const allocation_event& event) noexcept;
+
+/**
+ * Records a free. `current_device` is the device current at the free (host_device_id for host
+ * memory). Misuse (unknown pointer, double free, wrong size, wrong device) is counted and reported
+ * on stderr with the stacks involved; with abort_on_error=1 the process aborts after the report.
+ */
+GPUGUARD_API free_result record_free(const void* ptr, std::size_t bytes, int current_device,
+                                     cudaStream_t stream) noexcept;
+
+/// A consistent copy of counters (and, if `with_live`, of every live allocation). Safe while other
+/// threads allocate: it briefly holds every shard of the live table.
+GPUGUARD_API ledger_snapshot snapshot(bool with_live = false);
+
+/// Counters of one device (host: host_device_id), read without stopping other threads. Each
+/// field is exact; fields may be from instants a few nanoseconds apart.
+GPUGUARD_API counters device_counters(int device) noexcept;
+
+/// Starts a new phase: every device's and tag's phase peak becomes its current bytes. The global
+/// peak is left alone.
+GPUGUARD_API void reset_phase_peak() noexcept;
+
+/// Misuse seen so far.
+GPUGUARD_API misuse_counts misuse() noexcept;
+
+/// Stack capture and misuse settings from `opts` (stacks, stack_sample, stack_depth,
+/// abort_on_error). Takes effect for later records.
+GPUGUARD_API void configure_ledger(const options& opts) noexcept;
+
+/// The interned tag for `name` (at most 63 bytes are kept). Never fails: past max_tags distinct
+/// names, returns the id of "(other)".
+GPUGUARD_API tag_id intern_tag(std::string_view name) noexcept;
+GPUGUARD_API std::string tag_name(tag_id tag);
+
+/// The calling thread's current tag, which new allocations are recorded under.
+GPUGUARD_API tag_id current_tag() noexcept;
+GPUGUARD_API void set_current_tag(tag_id tag) noexcept;
+
+/// The frames of a site, resolved to function, file and line (slow: for reports only). Frames
+/// inside gpuguard itself are dropped from the front.
+GPUGUARD_API std::vector<frame_info> resolve_site(site_id site);
+
+/// Tags allocations made by this thread until the end of the scope; restores the previous tag.
+class scoped_tag {
+ public:
+  explicit scoped_tag(std::string_view name) noexcept : previous_(current_tag()) {
+    set_current_tag(intern_tag(name));
+  }
+  scoped_tag(const scoped_tag&) = delete;
+  scoped_tag& operator=(const scoped_tag&) = delete;
+  scoped_tag(scoped_tag&&) = delete;
+  scoped_tag& operator=(scoped_tag&&) = delete;
+  ~scoped_tag() { set_current_tag(previous_); }
+
+ private:
+  tag_id previous_;
+};
+
+}  // namespace gpuguard
+
+/// Tags this thread's allocations with `name` for the rest of the enclosing scope.
+#define GPUGUARD_TAG(name) ::gpuguard::scoped_tag GPUGUARD_DETAIL_UNIQUE(gpuguard_scoped_tag_)(name)

@@ -1,0 +1,74 @@
+/**
+ * @file options.hpp
+ * @brief gpuguard's run-time options: the C++ struct, and `GPUGUARD_OPTIONS="key=value:..."`
+ *        in the style of `ASAN_OPTIONS`. Every key is documented in docs/options.md.
+ */
+#pragma once
+
+#include <gpuguard/config.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard {
+
+/// When allocation-site stacks are captured.
+enum class stack_mode {
+  off,      ///< never: every allocation is one "unknown" site per tag
+  sampled,  ///< one allocation in `stack_sample`
+  all,      ///< every allocation
+};
+
+/// Which memory the tracking resources sit on.
+enum class device_mode {
+  automatic,  ///< `cuda` when a GPU is usable, `host` when not (and it says so)
+  cuda,       ///< cudaMalloc / cudaFree
+  async,      ///< cudaMallocAsync / cudaFreeAsync on the device's default pool
+  host,       ///< host memory (`host_memory_resource`), for machines without a GPU
+};
+
+/// Every option, with its default. The keys of `GPUGUARD_OPTIONS` are the member names.
+struct options {
+  stack_mode stacks = stack_mode::off;   ///< key `stacks`: off | sampled | all
+  std::uint32_t stack_sample = 64;       ///< key `stack_sample`: 1 in N allocations when sampled (1..1000000)
+  std::uint32_t stack_depth = 16;        ///< key `stack_depth`: frames kept per stack (1..64)
+  bool abort_on_error = false;           ///< key `abort_on_error`: misuse (double free, ...) aborts
+  bool leak_report = true;               ///< key `leak_report`: text leak report on stderr at exit
+  std::string leak_json;                 ///< key `leak_json`: path of a JSON leak report at exit ("" = none)
+  int leak_exitcode = 0;                 ///< key `leak_exitcode`: exit status when leaks remain (0 = unchanged; 1..255)
+  std::uint32_t leak_sites = 20;         ///< key `leak_sites`: at most this many sites in the text report (1..100000)
+  device_mode device = device_mode::automatic;  ///< key `device`: auto | cuda | async | host
+  std::size_t host_capacity = 0;         ///< key `host_capacity`: bytes for device=host, K/M/G/T suffixes (0 = unlimited)
+  bool strict = false;                   ///< key `strict`: a bad key or value is fatal instead of ignored
+};
+
+/// What `parse_options` made of a string: the options, and one message per rejected item.
+struct parsed_options {
+  options values;
+  std::vector<std::string> errors;  ///< each names the key and the value; the item was ignored
+};
+
+/**
+ * Parses "key=value:key=value" on top of `base`. An empty string or empty items (`::`) are fine.
+ * An unknown key, a missing `=`, or a bad value leaves that option as it was in `base` and adds
+ * one message naming the key and the value (non-printable bytes shown as \xNN). `strict=1` in
+ * the text does not change parsing; the caller decides what errors mean. Never throws for bad
+ * input (only std::bad_alloc).
+ */
+GPUGUARD_API parsed_options parse_options(std::string_view text, const options& base = {});
+
+/**
+ * The options of this process: `GPUGUARD_OPTIONS` parsed once (at the first call) on top of the
+ * defaults. Each error is printed on stderr as one line "gpuguard: GPUGUARD_OPTIONS: <message>";
+ * with strict=1 the process then ends with status 2. Thread-safe.
+ */
+GPUGUARD_API const options& process_options();
+
+/// Names of enum values as `GPUGUARD_OPTIONS` spells them.
+GPUGUARD_API const char* to_string(stack_mode mode) noexcept;
+GPUGUARD_API const char* to_string(device_mode mode) noexcept;
+
+}  // namespace gpuguard

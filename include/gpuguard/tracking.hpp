@@ -1,0 +1,71 @@
+/**
+ * @file tracking.hpp
+ * @brief Turning tracking on under every guard, and the leak report. Needs the compiled core.
+ */
+#pragma once
+
+#include <gpuguard/config.hpp>
+#include <gpuguard/ledger.hpp>
+#include <gpuguard/options.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace gpuguard {
+
+/**
+ * Slots a `tracking_resource` under the current resource of every device and of pinned buffers,
+ * so existing `device_buffer` code is tracked without change, applies the stack and misuse
+ * options, and registers the exit report (after initialising the CUDA runtime, so it runs before
+ * the runtime's own teardown). With device=host, or device=auto on a machine without a GPU, the
+ * guards allocate host memory instead, and a line on stderr says so. Calling it again changes
+ * nothing. @throws cuda_error only for CUDA failures other than "no device".
+ */
+GPUGUARD_API void enable_tracking(const options& opts = process_options());
+
+/// Puts back the resources that were current before `enable_tracking`. Buffers made while
+/// tracking keep freeing through (and being recorded by) the tracking resources, which live on.
+GPUGUARD_API void disable_tracking() noexcept;
+
+[[nodiscard]] GPUGUARD_API bool tracking_enabled() noexcept;
+
+/// Live allocations from one site on one device under one tag.
+struct leak_site {
+  site_id site = no_site;
+  int device = host_device_id;
+  std::string tag;
+  std::size_t bytes = 0;
+  std::uint64_t count = 0;
+  std::vector<frame_info> frames;  ///< resolved; empty without a stack
+};
+
+/// Everything still live, grouped by site, largest first.
+struct leak_report {
+  std::size_t bytes = 0;
+  std::uint64_t count = 0;
+  std::vector<leak_site> sites;
+  misuse_counts misuse;
+  std::vector<std::pair<int, counters>> devices;
+};
+
+/// Groups the ledger's live allocations by (site, device, tag), largest first, and resolves the
+/// stacks of the first `max_resolved` sites (the slow part).
+GPUGUARD_API leak_report collect_leaks(std::size_t max_resolved = 100000);
+
+/// The text report: a headline, then up to `max_sites` sites with their frames.
+GPUGUARD_API void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites);
+
+/// The JSON report (docs/formats.md, schema "gpuguard.leaks" version 1), written to a temporary
+/// file and renamed. Returns false and sets `error` (naming the path) on failure.
+GPUGUARD_API bool write_leak_json(const std::string& path, const leak_report& report,
+                                  std::string* error);
+
+/// What the exit handler does: the text report (leak_report=1), the JSON file (leak_json), and,
+/// with leaks and leak_exitcode=N, ends the process with status N. Exposed for tests and for
+/// exit paths that cannot rely on atexit.
+GPUGUARD_API void run_exit_report() noexcept;
+
+}  // namespace gpuguard

@@ -1,0 +1,112 @@
+#include "format.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace gpuguard::detail {
+
+std::string format_bytes(std::size_t bytes) {
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) { return std::to_string(bytes) + " B"; }
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit >= 2 ? "%.2f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+namespace {
+// Length of the valid UTF-8 sequence at s[i], or 0 if there is none.
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  std::size_t n = 0;
+  if (c >= 0xC2 && c <= 0xDF) { n = 2; }
+  else if (c >= 0xE0 && c <= 0xEF) { n = 3; }
+  else if (c >= 0xF0 && c <= 0xF4) { n = 4; }
+  else { return 0; }
+  if (i + n > s.size()) { return 0; }
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) { return 0; }
+  }
+  if (n == 3 && ((c == 0xE0 && byte(i + 1) < 0xA0) || (c == 0xED && byte(i + 1) >= 0xA0))) { return 0; }
+  if (n == 4 && ((c == 0xF0 && byte(i + 1) < 0x90) || (c == 0xF4 && byte(i + 1) >= 0x90))) { return 0; }
+  return n;
+}
+}  // namespace
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '"';
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const std::size_t n = utf8_length(text, i);
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(text.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04x", c);
+          out += escape;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+  return out;
+}
+
+std::string write_file_atomically(const std::string& path, std::string_view data) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) { return "cannot create '" + temp + "': " + std::strerror(errno); }
+  std::size_t written = 0;
+  while (written < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n < 0 && errno == EINTR) { continue; }
+    if (n <= 0) {
+      std::string message = "cannot write '" + temp + "': " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return message;
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    std::string message = "cannot close '" + temp + "': " + std::strerror(errno);
+    ::unlink(temp.c_str());
+    return message;
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::string message = "cannot rename '" + temp + "' to '" + path + "': " + std::strerror(errno);
+    ::unlink(temp.c_str());
+    return message;
+  }
+  return {};
+}
+
+}  // namespace gpuguard::detail

@@ -1,0 +1,540 @@
+// The ledger: a sharded live table (open addressing, linear probing with backward-shift deletion,
+// so it never fills with tombstones and needs no heap allocation once it has grown to the live
+// set), counters updated inside the shard's lock so a snapshot that holds every shard sees one
+// instant, and a small ring of recent frees per shard to tell a double free from a stray pointer.
+#include <gpuguard/ledger.hpp>
+
+#include "stacks.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+
+namespace gpuguard {
+
+const char* to_string(misuse_kind kind) noexcept {
+  switch (kind) {
+    case misuse_kind::unknown_pointer: return "free of an unknown pointer";
+    case misuse_kind::double_free: return "double free";
+    case misuse_kind::wrong_size: return "free with the wrong size";
+    case misuse_kind::wrong_device: return "free on a different device";
+  }
+  return "misuse";
+}
+
+namespace {
+
+// ---- counters -----------------------------------------------------------------------------------
+
+struct alignas(64) atomic_counters {
+  std::atomic<std::size_t> current{0};
+  std::atomic<std::size_t> peak{0};
+  std::atomic<std::size_t> phase_peak{0};
+  std::atomic<std::size_t> total{0};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> frees{0};
+
+  static void raise_to(std::atomic<std::size_t>& max, std::size_t value) noexcept {
+    std::size_t seen = max.load(std::memory_order_relaxed);
+    while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+    }
+  }
+  void add(std::size_t bytes) noexcept {
+    const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise_to(peak, now);
+    raise_to(phase_peak, now);
+    total.fetch_add(bytes, std::memory_order_relaxed);
+    allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remove(std::size_t bytes) noexcept {
+    current.fetch_sub(bytes, std::memory_order_relaxed);
+    frees.fetch_add(1, std::memory_order_relaxed);
+  }
+  void reset_phase() noexcept {
+    phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  [[nodiscard]] counters read() const noexcept {
+    counters c;
+    c.current_bytes = current.load(std::memory_order_relaxed);
+    c.peak_bytes = peak.load(std::memory_order_relaxed);
+    c.phase_peak_bytes = phase_peak.load(std::memory_order_relaxed);
+    c.total_bytes = total.load(std::memory_order_relaxed);
+    c.allocations = allocations.load(std::memory_order_relaxed);
+    c.frees = frees.load(std::memory_order_relaxed);
+    return c;
+  }
+  [[nodiscard]] bool used() const noexcept {
+    return allocations.load(std::memory_order_relaxed) != 0;
+  }
+};
+
+constexpr int device_slots = max_devices + 1;  // slot 0: host, slot d + 1: device d
+int device_slot_of(int device) noexcept {
+  return device >= 0 && device < max_devices ? device + 1 : 0;
+}
+
+// ---- tags ---------------------------------------------------------------------------------------
+
+constexpr std::size_t max_tag_length = 63;
+
+struct tag_table {
+  std::mutex mutex;
+  std::array<std::string, max_tags> names;  // names[0] = "" (untagged)
+  std::unordered_map<std::string, tag_id> ids;
+  int count = 1;
+  tag_id other = untagged;
+};
+
+tag_table& tags() {
+  static auto* table = new tag_table();  // lives through exit: reports at exit read it
+  return *table;
+}
+
+thread_local tag_id this_thread_tag = untagged;
+
+// ---- the live table -----------------------------------------------------------------------------
+
+constexpr unsigned shard_bits = 6;
+constexpr unsigned shard_count = 1U << shard_bits;
+constexpr std::size_t initial_capacity = 256;  // per shard, a power of two
+constexpr std::size_t recent_free_count = 64;
+
+struct recent_free {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  int device = host_device_id;
+  site_id allocated_at = no_site;
+  site_id freed_at = no_site;
+};
+
+struct spin_mutex {
+  std::atomic<bool> locked{false};
+  void lock() noexcept {
+    while (locked.exchange(true, std::memory_order_acquire)) {
+      while (locked.load(std::memory_order_relaxed)) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+  }
+  void unlock() noexcept { locked.store(false, std::memory_order_release); }
+};
+
+struct alignas(64) shard {
+  spin_mutex mutex;
+  std::vector<allocation_record> slots;  // ptr == nullptr: empty
+  std::size_t used = 0;
+  std::array<recent_free, recent_free_count> recent{};
+  std::size_t recent_next = 0;
+};
+
+std::uint64_t mix(const void* ptr) noexcept {
+  // Allocations are at least 16-byte aligned: drop the zero bits, then spread with a multiply.
+  return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) >> 4) *
+         0x9E3779B97F4A7C15ULL;
+}
+
+struct ledger_state {
+  std::array<shard, shard_count> shards;
+  std::array<atomic_counters, device_slots> devices;
+  std::array<atomic_counters, max_tags> tag_counters;
+  std::atomic<std::uint64_t> unknown_pointer{0};
+  std::atomic<std::uint64_t> double_free{0};
+  std::atomic<std::uint64_t> wrong_size{0};
+  std::atomic<std::uint64_t> wrong_device{0};
+  std::atomic<std::uint64_t> sequence{0};
+  std::atomic<std::uint32_t> next_thread{0};
+  std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
+  std::atomic<std::uint32_t> stack_sample{64};
+  std::atomic<std::uint32_t> stack_depth{16};
+  std::atomic<bool> abort_on_error{false};
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  ledger_state() {
+    for (shard& s : shards) { s.slots.resize(initial_capacity); }
+  }
+};
+
+// Never destroyed: frees from static destructors and the exit report may come after any
+// ordinary static would be gone.
+ledger_state& state() {
+  static auto* s = new ledger_state();
+  return *s;
+}
+
+shard& shard_for(std::uint64_t hash) noexcept {
+  return state().shards[hash >> (64 - shard_bits)];
+}
+
+allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
+  const std::size_t mask = s.slots.size() - 1;
+  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+    allocation_record& slot = s.slots[i];
+    if (slot.ptr == ptr) { return &slot; }
+    if (slot.ptr == nullptr) { return nullptr; }
+  }
+}
+
+// Grows when half full. Returns false (and leaves the table as it was) if memory ran out.
+bool reserve_one(shard& s) noexcept {
+  if ((s.used + 1) * 2 <= s.slots.size()) { return true; }
+  try {
+    std::vector<allocation_record> bigger(s.slots.size() * 2);
+    const std::size_t mask = bigger.size() - 1;
+    for (const allocation_record& record : s.slots) {
+      if (record.ptr == nullptr) { continue; }
+      std::size_t i = mix(record.ptr) & mask;
+      while (bigger[i].ptr != nullptr) { i = (i + 1) & mask; }
+      bigger[i] = record;
+    }
+    s.slots.swap(bigger);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
+void insert(shard& s, const allocation_record& record, std::uint64_t hash) noexcept {
+  const std::size_t mask = s.slots.size() - 1;
+  std::size_t i = hash & mask;
+  while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
+  s.slots[i] = record;
+  ++s.used;
+}
+
+// Backward-shift deletion: later entries of the probe run move up, so no tombstones are needed.
+void erase(shard& s, allocation_record* slot) noexcept {
+  const std::size_t mask = s.slots.size() - 1;
+  auto hole = static_cast<std::size_t>(slot - s.slots.data());
+  for (std::size_t i = (hole + 1) & mask; s.slots[i].ptr != nullptr; i = (i + 1) & mask) {
+    const std::size_t home = mix(s.slots[i].ptr) & mask;
+    // Move the entry into the hole if its home is not within (hole, i].
+    const bool home_in_between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!home_in_between) {
+      s.slots[hole] = s.slots[i];
+      hole = i;
+    }
+  }
+  s.slots[hole] = allocation_record{};
+  --s.used;
+}
+
+std::uint32_t this_thread_id() noexcept {
+  thread_local const std::uint32_t id = state().next_thread.fetch_add(1, std::memory_order_relaxed) + 1;
+  return id;
+}
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              state().start)
+      .count();
+}
+
+site_id capture_site_now() noexcept {
+  std::array<void*, detail::max_stack_depth> frames{};
+  const std::size_t depth = state().stack_depth.load(std::memory_order_relaxed);
+  const std::size_t count = detail::capture_frames(frames.data(), depth);
+  return detail::intern_site(frames.data(), count);
+}
+
+site_id maybe_capture_site() noexcept {
+  const auto mode = static_cast<stack_mode>(state().stacks.load(std::memory_order_relaxed));
+  if (mode == stack_mode::off) { return no_site; }
+  if (mode == stack_mode::sampled) {
+    thread_local std::uint32_t countdown = 0;
+    if (countdown != 0) {
+      --countdown;
+      return no_site;
+    }
+    countdown = state().stack_sample.load(std::memory_order_relaxed) - 1;
+  }
+  return capture_site_now();
+}
+
+// ---- misuse reports (rare: allowed to format, resolve and write) -------------------------------
+
+void print_site(const char* label, site_id site) {
+  if (site == no_site) {
+    std::fprintf(stderr, "[gpuguard]   %s: (no stack: set GPUGUARD_OPTIONS=stacks=all)\n", label);
+    return;
+  }
+  std::fprintf(stderr, "[gpuguard]   %s:\n", label);
+  int n = 0;
+  for (const frame_info& frame : resolve_site(site)) {
+    std::fprintf(stderr, "[gpuguard]     #%d 0x%" PRIxPTR " %s", n++, frame.address,
+                 frame.function.empty() ? "??" : frame.function.c_str());
+    if (!frame.file.empty()) { std::fprintf(stderr, " at %s:%zu", frame.file.c_str(), frame.line); }
+    std::fputc('\n', stderr);
+  }
+}
+
+struct misuse_report {
+  misuse_kind kind;
+  const void* ptr;
+  std::size_t bytes_given;
+  std::size_t bytes_recorded;
+  int device_given;
+  int device_recorded;
+  site_id allocated_at;
+  site_id freed_at;
+};
+
+void report_misuse(const misuse_report& m) noexcept {
+  try {
+    std::fprintf(stderr, "[gpuguard] error: %s: %p", to_string(m.kind), m.ptr);
+    switch (m.kind) {
+      case misuse_kind::wrong_size:
+        std::fprintf(stderr, " freed as %zu bytes but allocated as %zu on device %d; freed with %zu\n",
+                     m.bytes_given, m.bytes_recorded, m.device_recorded, m.bytes_recorded);
+        break;
+      case misuse_kind::wrong_device:
+        std::fprintf(stderr, " (%zu bytes) allocated on device %d, freed while device %d was current; "
+                     "freed on device %d\n", m.bytes_recorded, m.device_recorded, m.device_given,
+                     m.device_recorded);
+        break;
+      case misuse_kind::double_free:
+        std::fprintf(stderr, " (%zu bytes, device %d) was already freed; this free is ignored\n",
+                     m.bytes_recorded, m.device_recorded);
+        break;
+      case misuse_kind::unknown_pointer:
+        std::fprintf(stderr, " (%zu bytes) was never allocated through gpuguard's tracking; not freed\n",
+                     m.bytes_given);
+        break;
+    }
+    if (m.kind != misuse_kind::unknown_pointer) { print_site("allocated at", m.allocated_at); }
+    if (m.kind == misuse_kind::double_free) { print_site("first freed at", m.freed_at); }
+    const site_id here = state().stacks.load(std::memory_order_relaxed) !=
+                                 static_cast<int>(stack_mode::off)
+                             ? capture_site_now()
+                             : no_site;
+    print_site("this free at", here);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a failing report must not break the free
+  }
+  if (state().abort_on_error.load(std::memory_order_relaxed)) {
+    std::fputs("[gpuguard] abort_on_error=1: aborting\n", stderr);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+// ---- recording ----------------------------------------------------------------------------------
+
+void record_allocation(const allocation_event& event) noexcept {
+  if (event.ptr == nullptr) { return; }
+  ledger_state& st = state();
+  allocation_record record;
+  record.ptr = event.ptr;
+  record.bytes = event.bytes;
+  record.device = event.device;
+  record.stream = event.stream;
+  record.kind = event.kind;
+  record.tag = this_thread_tag;
+  record.thread = this_thread_id();
+  record.time_ns = now_ns();
+  record.site = maybe_capture_site();
+
+  const std::uint64_t hash = mix(event.ptr);
+  shard& s = shard_for(hash);
+  const std::lock_guard<spin_mutex> lock(s.mutex);
+  record.sequence = st.sequence.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (allocation_record* stale = find(s, event.ptr, hash)) {
+    // The upstream handed out a live address again: the earlier block was freed behind the
+    // tracker's back. Count it as freed so the counters stay true.
+    st.devices[device_slot_of(stale->device)].remove(stale->bytes);
+    st.tag_counters[stale->tag].remove(stale->bytes);
+    *stale = record;
+  } else {
+    if (!reserve_one(s)) { return; }  // out of memory: this allocation goes untracked
+    insert(s, record, hash);
+  }
+  st.devices[device_slot_of(record.device)].add(record.bytes);
+  st.tag_counters[record.tag].add(record.bytes);
+}
+
+free_result record_free(const void* ptr, std::size_t bytes, int current_device,
+                        cudaStream_t /*stream*/) noexcept {
+  free_result result;
+  if (ptr == nullptr) { return result; }
+  ledger_state& st = state();
+  const std::uint64_t hash = mix(ptr);
+  shard& s = shard_for(hash);
+  misuse_report misuses[2] = {};
+  int misuse_count = 0;
+  // Where each free happened is kept (for "first freed at" in a double-free report) only with
+  // stacks=all: a capture per free would undo what sampling saves.
+  const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
+  const site_id freed_at = capture ? capture_site_now() : no_site;
+  {
+    const std::lock_guard<spin_mutex> lock(s.mutex);
+    if (allocation_record* slot = find(s, ptr, hash)) {
+      result.known = true;
+      result.bytes = slot->bytes;
+      result.device = slot->device;
+      if (bytes != slot->bytes) {
+        misuses[misuse_count++] = {misuse_kind::wrong_size, ptr, bytes, slot->bytes, current_device,
+                                   slot->device, slot->site, no_site};
+        st.wrong_size.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (slot->kind == memory_kind::device && current_device != slot->device) {
+        misuses[misuse_count++] = {misuse_kind::wrong_device, ptr, bytes, slot->bytes,
+                                   current_device, slot->device, slot->site, no_site};
+        st.wrong_device.fetch_add(1, std::memory_order_relaxed);
+      }
+      s.recent[s.recent_next++ % recent_free_count] =
+          recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
+      st.devices[device_slot_of(slot->device)].remove(slot->bytes);
+      st.tag_counters[slot->tag].remove(slot->bytes);
+      erase(s, slot);
+    } else {
+      const recent_free* earlier = nullptr;
+      for (const recent_free& r : s.recent) {
+        if (r.ptr == ptr) { earlier = &r; }
+      }
+      if (earlier != nullptr) {
+        result.double_free = true;
+        misuses[misuse_count++] = {misuse_kind::double_free, ptr, bytes, earlier->bytes,
+                                   current_device, earlier->device, earlier->allocated_at,
+                                   earlier->freed_at};
+        st.double_free.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        misuses[misuse_count++] = {misuse_kind::unknown_pointer, ptr, bytes, 0, current_device,
+                                   host_device_id, no_site, no_site};
+        st.unknown_pointer.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  for (int i = 0; i < misuse_count; ++i) { report_misuse(misuses[i]); }
+  return result;
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+ledger_snapshot snapshot(bool with_live) {
+  ledger_state& st = state();
+  ledger_snapshot snap;
+  std::vector<allocation_record> live;
+  std::array<counters, device_slots> devices{};
+  std::array<counters, max_tags> tag_values{};
+  std::array<bool, device_slots> device_used{};
+  std::array<bool, max_tags> tag_used{};
+  if (with_live) {
+    std::size_t estimate = 0;  // from the atomic counters: the shards' own sizes need their locks
+    for (const atomic_counters& c : st.devices) { estimate += c.read().live_count(); }
+    live.reserve(estimate + estimate / 4 + 16);  // allocate before taking the locks
+  }
+  for (shard& s : st.shards) { s.mutex.lock(); }
+  for (int i = 0; i < device_slots; ++i) {
+    device_used[i] = st.devices[i].used();
+    if (device_used[i]) { devices[i] = st.devices[i].read(); }
+  }
+  for (int i = 0; i < max_tags; ++i) {
+    tag_used[i] = st.tag_counters[i].used();
+    if (tag_used[i]) { tag_values[i] = st.tag_counters[i].read(); }
+  }
+  snap.misuse = misuse();
+  bool live_complete = true;
+  if (with_live) {
+    for (const shard& s : st.shards) {
+      for (const allocation_record& record : s.slots) {
+        if (record.ptr == nullptr) { continue; }
+        if (live.size() == live.capacity()) {
+          live_complete = false;  // never reallocate under the locks
+          break;
+        }
+        live.push_back(record);
+      }
+    }
+  }
+  for (shard& s : st.shards) { s.mutex.unlock(); }
+  if (!live_complete) { return snapshot(true); }  // the live set grew between estimate and lock
+
+  for (int i = 0; i < device_slots; ++i) {
+    if (device_used[i]) { snap.devices.emplace_back(i == 0 ? host_device_id : i - 1, devices[i]); }
+  }
+  for (int i = 0; i < max_tags; ++i) {
+    if (tag_used[i]) { snap.tags.emplace_back(tag_name(static_cast<tag_id>(i)), tag_values[i]); }
+  }
+  std::sort(live.begin(), live.end(), [](const allocation_record& a, const allocation_record& b) {
+    return a.sequence < b.sequence;
+  });
+  snap.live = std::move(live);
+  return snap;
+}
+
+counters device_counters(int device) noexcept { return state().devices[device_slot_of(device)].read(); }
+
+void reset_phase_peak() noexcept {
+  ledger_state& st = state();
+  for (shard& s : st.shards) { s.mutex.lock(); }
+  for (atomic_counters& c : st.devices) { c.reset_phase(); }
+  for (atomic_counters& c : st.tag_counters) { c.reset_phase(); }
+  for (shard& s : st.shards) { s.mutex.unlock(); }
+}
+
+misuse_counts misuse() noexcept {
+  const ledger_state& st = state();
+  misuse_counts m;
+  m.unknown_pointer = st.unknown_pointer.load(std::memory_order_relaxed);
+  m.double_free = st.double_free.load(std::memory_order_relaxed);
+  m.wrong_size = st.wrong_size.load(std::memory_order_relaxed);
+  m.wrong_device = st.wrong_device.load(std::memory_order_relaxed);
+  return m;
+}
+
+void configure_ledger(const options& opts) noexcept {
+  ledger_state& st = state();
+  st.stack_sample.store(std::max<std::uint32_t>(opts.stack_sample, 1), std::memory_order_relaxed);
+  st.stack_depth.store(std::clamp<std::uint32_t>(opts.stack_depth, 1, detail::max_stack_depth),
+                       std::memory_order_relaxed);
+  st.abort_on_error.store(opts.abort_on_error, std::memory_order_relaxed);
+  st.stacks.store(static_cast<int>(opts.stacks), std::memory_order_relaxed);
+}
+
+// ---- tags ---------------------------------------------------------------------------------------
+
+tag_id intern_tag(std::string_view name) noexcept {
+  if (name.empty()) { return untagged; }
+  tag_table& table = tags();
+  try {
+    std::string key(name.substr(0, max_tag_length));
+    const std::lock_guard<std::mutex> lock(table.mutex);
+    if (const auto it = table.ids.find(key); it != table.ids.end()) { return it->second; }
+    if (table.count == max_tags - 1 && table.other == untagged) {
+      table.other = static_cast<tag_id>(table.count++);
+      table.names[table.other] = "(other)";
+    }
+    if (table.count >= max_tags) { return table.other; }
+    const auto id = static_cast<tag_id>(table.count++);
+    table.names[id] = key;
+    table.ids.emplace(std::move(key), id);
+    return id;
+  } catch (...) {  // out of memory or a broken mutex: count it untagged rather than fail
+    return untagged;
+  }
+}
+
+std::string tag_name(tag_id tag) {
+  tag_table& table = tags();
+  const std::lock_guard<std::mutex> lock(table.mutex);
+  return tag < max_tags ? table.names[tag] : std::string();
+}
+
+tag_id current_tag() noexcept { return this_thread_tag; }
+void set_current_tag(tag_id tag) noexcept { this_thread_tag = tag < max_tags ? tag : untagged; }
+
+std::vector<frame_info> resolve_site(site_id site) {
+  return detail::resolve_frames(detail::site_frames(site));
+}
+
+}  // namespace gpuguard

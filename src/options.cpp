@@ -1,0 +1,269 @@
+#include <gpuguard/options.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace gpuguard {
+
+namespace {
+
+template <class E>
+struct enum_spelling {
+  E value;
+  const char* name;
+};
+
+// The only place the enum spellings live: parsing, error messages and to_string all read them.
+constexpr enum_spelling<stack_mode> stack_mode_spellings[] = {
+    {stack_mode::off, "off"},
+    {stack_mode::sampled, "sampled"},
+    {stack_mode::all, "all"},
+};
+
+constexpr enum_spelling<device_mode> device_mode_spellings[] = {
+    {device_mode::automatic, "auto"},
+    {device_mode::cuda, "cuda"},
+    {device_mode::async, "async"},
+    {device_mode::host, "host"},
+};
+
+constexpr const auto& spellings(stack_mode /*tag*/) { return stack_mode_spellings; }
+constexpr const auto& spellings(device_mode /*tag*/) { return device_mode_spellings; }
+
+template <auto member>
+using member_type = std::remove_reference_t<decltype(std::declval<options&>().*member)>;
+
+// Digits only: no sign, no whitespace, no trailing bytes; false on overflow.
+template <class T>
+bool parse_unsigned(std::string_view text, T& out) {
+  if (text.empty()) { return false; }
+  const char* const last = text.data() + text.size();
+  T value = 0;
+  const auto [end, error] = std::from_chars(text.data(), last, value);
+  if (error != std::errc() || end != last) { return false; }
+  out = value;
+  return true;
+}
+
+// Each key kind supplies `set` (false = value rejected, options untouched) and `expected`, the
+// end of the error message "expected ...".
+
+template <auto member, std::uint64_t lo, std::uint64_t hi>
+struct integer_key {
+  using type = member_type<member>;
+  static_assert(lo <= hi && hi <= static_cast<std::uint64_t>(std::numeric_limits<type>::max()));
+
+  static bool set(options& o, std::string_view value) {
+    std::uint64_t number = 0;
+    if (!parse_unsigned(value, number) || number < lo || number > hi) { return false; }
+    o.*member = static_cast<type>(number);
+    return true;
+  }
+  static std::string expected() {
+    return "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+  }
+};
+
+template <auto member>
+struct bool_key {
+  static bool set(options& o, std::string_view value) {
+    if (value == "1" || value == "true" || value == "yes") {
+      o.*member = true;
+    } else if (value == "0" || value == "false" || value == "no") {
+      o.*member = false;
+    } else {
+      return false;
+    }
+    return true;
+  }
+  static std::string expected() { return "one of 0, 1, true, false, yes, no"; }
+};
+
+template <auto member>
+struct enum_key {
+  static bool set(options& o, std::string_view value) {
+    for (const auto& spelling : spellings(member_type<member>{})) {
+      if (value == spelling.name) {
+        o.*member = spelling.value;
+        return true;
+      }
+    }
+    return false;
+  }
+  static std::string expected() {
+    std::string text = "one of ";
+    const char* separator = "";
+    for (const auto& spelling : spellings(member_type<member>{})) {
+      text += separator;
+      text += spelling.name;
+      separator = ", ";
+    }
+    return text;
+  }
+};
+
+// Any text, including none (which means "no file").
+template <auto member>
+struct string_key {
+  static bool set(options& o, std::string_view value) {
+    o.*member = std::string(value);
+    return true;
+  }
+  static std::string expected() { return "any text"; }
+};
+
+struct byte_suffix {
+  std::string_view text;
+  unsigned shift;
+};
+
+constexpr byte_suffix byte_suffixes[] = {
+    {"", 0},     {"K", 10},   {"M", 20},   {"G", 30},   {"T", 40},
+    {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40},
+};
+
+template <auto member>
+struct byte_count_key {
+  static_assert(std::is_same_v<member_type<member>, std::size_t>);
+
+  static bool set(options& o, std::string_view value) {
+    const std::size_t digits_end = std::min(value.find_first_not_of("0123456789"), value.size());
+    std::size_t number = 0;
+    if (!parse_unsigned(value.substr(0, digits_end), number)) { return false; }
+    const std::string_view suffix = value.substr(digits_end);
+    for (const auto& candidate : byte_suffixes) {
+      if (suffix != candidate.text) { continue; }
+      if (number > (std::numeric_limits<std::size_t>::max() >> candidate.shift)) { return false; }
+      o.*member = number << candidate.shift;
+      return true;
+    }
+    return false;
+  }
+  static std::string expected() {
+    return "a byte count (digits, then optionally K, M, G, T, KiB, MiB, GiB or TiB) of at most " +
+           std::to_string(std::numeric_limits<std::size_t>::max());
+  }
+};
+
+struct key_entry {
+  std::string_view name;
+  bool (*set)(options&, std::string_view);
+  std::string (*expected)();
+  std::string_view help;
+};
+
+template <class Key>
+constexpr key_entry make_key(std::string_view name, std::string_view help) {
+  return {name, &Key::set, &Key::expected, help};
+}
+
+// One line per key; docs/options.md has the long form of each help text.
+constexpr key_entry keys[] = {
+    make_key<enum_key<&options::stacks>>("stacks", "when allocation-site stacks are captured"),
+    make_key<integer_key<&options::stack_sample, 1, 1000000>>("stack_sample", "1 in N allocations gets a stack when stacks=sampled"),
+    make_key<integer_key<&options::stack_depth, 1, 64>>("stack_depth", "frames kept per stack"),
+    make_key<bool_key<&options::abort_on_error>>("abort_on_error", "misuse (double free, ...) aborts the process"),
+    make_key<bool_key<&options::leak_report>>("leak_report", "text leak report on stderr at exit"),
+    make_key<string_key<&options::leak_json>>("leak_json", "path of a JSON leak report written at exit; empty = none"),
+    make_key<integer_key<&options::leak_exitcode, 0, 255>>("leak_exitcode", "exit status when leaks remain; 0 = leave it unchanged"),
+    make_key<integer_key<&options::leak_sites, 1, 100000>>("leak_sites", "at most this many sites in the text leak report"),
+    make_key<enum_key<&options::device>>("device", "which memory the tracking resources use"),
+    make_key<byte_count_key<&options::host_capacity>>("host_capacity", "bytes available with device=host; 0 = unlimited"),
+    make_key<bool_key<&options::strict>>("strict", "a bad key or value ends the process instead of being ignored"),
+};
+
+// Keys and values come from the environment, so messages must stay one printable line.
+std::string quoted(std::string_view text) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '\'';
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  out += '\'';
+  return out;
+}
+
+const key_entry* find_key(std::string_view name) {
+  for (const auto& entry : keys) {
+    if (entry.name == name) { return &entry; }
+  }
+  return nullptr;
+}
+
+void apply_item(std::string_view item, parsed_options& result) {
+  const std::size_t equals = item.find('=');
+  if (equals == std::string_view::npos) {
+    result.errors.push_back("item " + quoted(item) + " has no '='; ignored");
+    return;
+  }
+  const std::string_view name = item.substr(0, equals);
+  const std::string_view value = item.substr(equals + 1);
+  const key_entry* const entry = find_key(name);
+  if (entry == nullptr) {
+    result.errors.push_back("unknown key " + quoted(name) + " (value " + quoted(value) + "); ignored");
+    return;
+  }
+  if (!entry->set(result.values, value)) {
+    result.errors.push_back("bad value " + quoted(value) + " for key " + quoted(name) +
+                            ": expected " + entry->expected() + "; ignored");
+  }
+}
+
+template <class E>
+const char* spelling_of(E mode) noexcept {
+  for (const auto& spelling : spellings(mode)) {
+    if (spelling.value == mode) { return spelling.name; }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+parsed_options parse_options(std::string_view text, const options& base) {
+  parsed_options result{base, {}};
+  while (!text.empty()) {
+    const std::size_t colon = text.find(':');
+    const std::string_view item = text.substr(0, colon);
+    text = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
+    if (!item.empty()) { apply_item(item, result); }
+  }
+  return result;
+}
+
+const options& process_options() {
+  static const options values = [] {
+    const char* const text = std::getenv("GPUGUARD_OPTIONS");
+    parsed_options parsed = parse_options(text == nullptr ? std::string_view() : std::string_view(text));
+    for (const auto& error : parsed.errors) {
+      // One fputs per line, so lines from other threads or processes do not cut into it.
+      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + error + "\n";
+      std::fputs(line.c_str(), stderr);
+    }
+    if (parsed.values.strict && !parsed.errors.empty()) {
+      std::fputs("gpuguard: GPUGUARD_OPTIONS: strict=1, stopping\n", stderr);
+      // _Exit, not exit: atexit work (the leak report) would run on options nobody asked for.
+      std::_Exit(2);
+    }
+    return std::move(parsed.values);
+  }();
+  return values;
+}
+
+const char* to_string(stack_mode mode) noexcept { return spelling_of(mode); }
+const char* to_string(device_mode mode) noexcept { return spelling_of(mode); }
+
+}  // namespace gpuguard

@@ -1,0 +1,288 @@
+// Enabling tracking under the guards, and the report at exit.
+#include <gpuguard/tracking.hpp>
+
+#include <gpuguard/current_resource.hpp>
+#include <gpuguard/device.hpp>
+#include <gpuguard/host_memory_resource.hpp>
+#include <gpuguard/tracking_resource.hpp>
+
+#include "format.hpp"
+#include "stacks.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <unistd.h>
+
+namespace gpuguard {
+
+namespace {
+
+struct tracking_state {
+  std::mutex mutex;
+  bool enabled = false;
+  bool exit_handler_registered = false;
+  options opts;
+  // What was current before enable_tracking, to put back on disable (slot -1: host fallback).
+  std::vector<std::pair<int, memory_resource*>> previous_devices;
+  memory_resource* previous_pinned = nullptr;
+  bool pinned_replaced = false;
+};
+
+tracking_state& tracking() {
+  static auto* s = new tracking_state();  // the exit handler reads it after statics are gone
+  return *s;
+}
+
+std::atomic<bool> exit_report_done{false};
+
+void exit_handler() { run_exit_report(); }
+
+// The resources made here are never freed: buffers hold pointers to them and may free through
+// them at any time, up to and during exit.
+template <class T, class... Args>
+T* make_forever(Args&&... args) {
+  return new T(std::forward<Args>(args)...);  // NOLINT: deliberate, see above
+}
+
+}  // namespace
+
+void enable_tracking(const options& opts) {
+  tracking_state& st = tracking();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  if (st.enabled) { return; }
+  st.opts = opts;
+  configure_ledger(opts);
+
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);  // also initialises the runtime
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    if (!detail::is_no_device_status(status)) {
+      detail::throw_cuda_error(status, "gpuguard::enable_tracking: cudaGetDeviceCount");
+    }
+    count = 0;
+  }
+  count = std::min(count, max_devices);
+  device_mode mode = opts.device;
+  if (mode == device_mode::automatic) { mode = count > 0 ? device_mode::cuda : device_mode::host; }
+  if (mode != device_mode::host && count == 0) {
+    std::fprintf(stderr, "[gpuguard] device=%s asked for, but no CUDA device is usable: "
+                 "tracking host memory instead (device=host)\n", to_string(opts.device));
+    mode = device_mode::host;
+  }
+
+  st.previous_devices.clear();
+  if (mode == device_mode::host) {
+    const std::size_t capacity = opts.host_capacity == 0 ? host_memory_resource::unlimited : opts.host_capacity;
+    auto* tracker = make_forever<tracking_resource>(*make_forever<host_memory_resource>(capacity),
+                                                    host_device_id);
+    std::fprintf(stderr, "[gpuguard] tracking host memory (device=host%s): device buffers are "
+                 "allocated in host memory\n", opts.device == device_mode::automatic ? ", no CUDA device found" : "");
+    st.previous_devices.emplace_back(host_device_id, set_current_resource(tracker, host_device_id));
+    for (int d = 0; d < count; ++d) {
+      st.previous_devices.emplace_back(d, set_current_resource(tracker, d));
+    }
+  } else {
+    for (int d = 0; d < count; ++d) {
+      memory_resource* upstream = mode == device_mode::async
+                                      ? make_forever<cuda_async_memory_resource>()
+                                      : get_current_resource(d);
+      auto* tracker = make_forever<tracking_resource>(*upstream, d);
+      st.previous_devices.emplace_back(d, set_current_resource(tracker, d));
+    }
+    auto* pinned = make_forever<tracking_resource>(*get_current_pinned_resource(), host_device_id);
+    st.previous_pinned = set_current_pinned_resource(pinned);
+    st.pinned_replaced = true;
+  }
+  if (!st.exit_handler_registered) {
+    // Registered after the CUDA runtime initialised (cudaGetDeviceCount above), so it runs first
+    // at exit, while device memory can still be inspected and freed.
+    st.exit_handler_registered = std::atexit(exit_handler) == 0;
+  }
+  st.enabled = true;
+}
+
+void disable_tracking() noexcept {
+  tracking_state& st = tracking();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  if (!st.enabled) { return; }
+  for (const auto& [device, resource] : st.previous_devices) { set_current_resource(resource, device); }
+  if (st.pinned_replaced) { set_current_pinned_resource(st.previous_pinned); }
+  st.previous_devices.clear();
+  st.pinned_replaced = false;
+  st.enabled = false;
+}
+
+bool tracking_enabled() noexcept {
+  tracking_state& st = tracking();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  return st.enabled;
+}
+
+leak_report collect_leaks(std::size_t max_resolved) {
+  ledger_snapshot snap = snapshot(true);
+  leak_report report;
+  report.misuse = snap.misuse;
+  report.devices = std::move(snap.devices);
+  std::map<std::tuple<site_id, int, tag_id>, std::size_t> index;
+  for (const allocation_record& record : snap.live) {
+    report.bytes += record.bytes;
+    ++report.count;
+    const auto key = std::make_tuple(record.site, record.device, record.tag);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      it = index.emplace(key, report.sites.size()).first;
+      leak_site site;
+      site.site = record.site;
+      site.device = record.device;
+      site.tag = tag_name(record.tag);
+      report.sites.push_back(std::move(site));
+    }
+    leak_site& site = report.sites[it->second];
+    site.bytes += record.bytes;
+    ++site.count;
+  }
+  std::stable_sort(report.sites.begin(), report.sites.end(),
+                   [](const leak_site& a, const leak_site& b) { return a.bytes > b.bytes; });
+  for (std::size_t i = 0; i < report.sites.size() && i < max_resolved; ++i) {
+    report.sites[i].frames = resolve_site(report.sites[i].site);
+  }
+  return report;
+}
+
+namespace {
+std::string device_name(int device) {
+  return device == host_device_id ? std::string("host") : "device " + std::to_string(device);
+}
+}  // namespace
+
+void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites) {
+  if (report.count == 0) {
+    std::string peaks;
+    for (const auto& [device, c] : report.devices) {
+      peaks += ", peak " + detail::format_bytes(c.peak_bytes) + " on " + device_name(device);
+    }
+    std::uint64_t allocations = 0;
+    for (const auto& entry : report.devices) { allocations += entry.second.allocations; }
+    std::fprintf(out, "[gpuguard] no leaks: all %llu tracked allocations were freed%s\n",
+                 static_cast<unsigned long long>(allocations), peaks.c_str());
+    return;
+  }
+  std::fprintf(out, "[gpuguard] LEAK: %s in %llu allocation%s still live, from %zu site%s\n",
+               detail::format_bytes(report.bytes).c_str(),
+               static_cast<unsigned long long>(report.count), report.count == 1 ? "" : "s",
+               report.sites.size(), report.sites.size() == 1 ? "" : "s");
+  std::size_t shown = 0;
+  for (const leak_site& site : report.sites) {
+    if (shown == max_sites) {
+      std::fprintf(out, "[gpuguard] ... %zu more site(s) not shown (leak_sites=%zu)\n",
+                   report.sites.size() - shown, max_sites);
+      break;
+    }
+    ++shown;
+    std::fprintf(out, "[gpuguard] #%zu %s in %llu allocation%s on %s%s%s%s\n", shown,
+                 detail::format_bytes(site.bytes).c_str(),
+                 static_cast<unsigned long long>(site.count), site.count == 1 ? "" : "s",
+                 device_name(site.device).c_str(), site.tag.empty() ? "" : " (tag \"",
+                 site.tag.c_str(), site.tag.empty() ? "" : "\")");
+    if (site.site == no_site) {
+      std::fprintf(out, "[gpuguard]     (no stack: run with GPUGUARD_OPTIONS=stacks=all to see where)\n");
+    }
+    int n = 0;
+    for (const frame_info& frame : site.frames) {
+      std::fprintf(out, "[gpuguard]     #%d %s", n++, frame.function.empty() ? "??" : frame.function.c_str());
+      if (!frame.file.empty()) { std::fprintf(out, " at %s:%zu", frame.file.c_str(), frame.line); }
+      std::fputc('\n', out);
+    }
+  }
+  const misuse_counts& m = report.misuse;
+  if (m.total() != 0) {
+    std::fprintf(out, "[gpuguard] misuse: %llu unknown-pointer frees, %llu double frees, "
+                 "%llu wrong-size frees, %llu wrong-device frees\n",
+                 static_cast<unsigned long long>(m.unknown_pointer),
+                 static_cast<unsigned long long>(m.double_free),
+                 static_cast<unsigned long long>(m.wrong_size),
+                 static_cast<unsigned long long>(m.wrong_device));
+  }
+}
+
+bool write_leak_json(const std::string& path, const leak_report& report, std::string* error) {
+  std::string json = "{\"schema\":\"gpuguard.leaks\",\"version\":1";
+  json += ",\"pid\":" + std::to_string(::getpid());
+  json += ",\"stack_backend\":" + detail::json_string(detail::stack_backend());
+  json += ",\"total_bytes\":" + std::to_string(report.bytes);
+  json += ",\"total_count\":" + std::to_string(report.count);
+  json += ",\"devices\":[";
+  bool first = true;
+  for (const auto& [device, c] : report.devices) {
+    json += first ? "" : ",";
+    first = false;
+    json += "{\"device\":" + std::to_string(device) + ",\"current_bytes\":" + std::to_string(c.current_bytes) +
+            ",\"peak_bytes\":" + std::to_string(c.peak_bytes) + ",\"total_bytes\":" +
+            std::to_string(c.total_bytes) + ",\"allocations\":" + std::to_string(c.allocations) +
+            ",\"frees\":" + std::to_string(c.frees) + "}";
+  }
+  json += "],\"sites\":[";
+  first = true;
+  for (const leak_site& site : report.sites) {
+    json += first ? "" : ",";
+    first = false;
+    json += "{\"site\":" + std::to_string(site.site) + ",\"device\":" + std::to_string(site.device) +
+            ",\"tag\":" + detail::json_string(site.tag) + ",\"bytes\":" + std::to_string(site.bytes) +
+            ",\"count\":" + std::to_string(site.count) + ",\"frames\":[";
+    bool first_frame = true;
+    for (const frame_info& frame : site.frames) {
+      json += first_frame ? "" : ",";
+      first_frame = false;
+      char address[32];
+      std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(frame.address));
+      json += "{\"address\":" + detail::json_string(address) + ",\"function\":" +
+              detail::json_string(frame.function) + ",\"file\":" + detail::json_string(frame.file) +
+              ",\"line\":" + std::to_string(frame.line) + "}";
+    }
+    json += "]}";
+  }
+  const misuse_counts& m = report.misuse;
+  json += "],\"misuse\":{\"unknown_pointer\":" + std::to_string(m.unknown_pointer) +
+          ",\"double_free\":" + std::to_string(m.double_free) +
+          ",\"wrong_size\":" + std::to_string(m.wrong_size) +
+          ",\"wrong_device\":" + std::to_string(m.wrong_device) + "}}\n";
+  std::string failure = detail::write_file_atomically(path, json);
+  if (failure.empty()) { return true; }
+  if (error != nullptr) { *error = std::move(failure); }
+  return false;
+}
+
+void run_exit_report() noexcept {
+  if (exit_report_done.exchange(true)) { return; }
+  try {
+    const options opts = [] {
+      tracking_state& st = tracking();
+      const std::lock_guard<std::mutex> lock(st.mutex);
+      return st.opts;
+    }();
+    std::fflush(stdout);  // the program's own output first, then the report
+    const leak_report report = collect_leaks(opts.leak_sites);
+    if (opts.leak_report) { write_leak_text(stderr, report, opts.leak_sites); }
+    if (!opts.leak_json.empty()) {
+      std::string error;
+      if (!write_leak_json(opts.leak_json, report, &error)) {
+        std::fprintf(stderr, "[gpuguard] leak_json: %s\n", error.c_str());
+      }
+    }
+    if (report.count != 0 && opts.leak_exitcode != 0) {
+      std::fflush(nullptr);
+      ::_exit(opts.leak_exitcode);
+    }
+  } catch (...) {
+    std::fputs("[gpuguard] the exit report failed (out of memory?)\n", stderr);
+  }
+}
+
+}  // namespace gpuguard

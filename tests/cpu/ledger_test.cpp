@@ -1,0 +1,235 @@
+// The ledger through the tracking resource over host memory: counters, tags, phases, snapshots,
+// misuse. Every test uses its own pretend device id so the process-wide counters do not mix.
+#include <gpuguard/device_buffer.hpp>
+#include <gpuguard/host_memory_resource.hpp>
+#include <gpuguard/ledger.hpp>
+#include <gpuguard/tracking_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+const gpuguard::counters* find_tag(const gpuguard::ledger_snapshot& snap, const std::string& tag) {
+  for (const auto& [name, c] : snap.tags) {
+    if (name == tag) { return &c; }
+  }
+  return nullptr;
+}
+
+TEST(ledger, counts_current_peak_total_and_live) {
+  constexpr int device = 40;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  {
+    gpuguard::device_buffer a(1000, {}, tracked);
+    {
+      const gpuguard::device_buffer b(3000, {}, tracked);
+      const gpuguard::counters c = gpuguard::device_counters(device);
+      EXPECT_EQ(c.current_bytes, 4000U);
+      EXPECT_EQ(c.peak_bytes, 4000U);
+      EXPECT_EQ(c.live_count(), 2U);
+    }
+    const gpuguard::device_buffer c2(500, {}, tracked);
+    const gpuguard::counters c = gpuguard::device_counters(device);
+    EXPECT_EQ(c.current_bytes, 1500U);
+    EXPECT_EQ(c.peak_bytes, 4000U);
+    EXPECT_EQ(c.total_bytes, 4500U);
+    EXPECT_EQ(c.allocations, 3U);
+    EXPECT_EQ(c.frees, 1U);
+  }
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(c.live_count(), 0U);
+  EXPECT_EQ(host.used(), 0U);
+}
+
+TEST(ledger, zero_byte_buffers_are_not_recorded) {
+  constexpr int device = 41;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  const gpuguard::device_buffer empty(0, {}, tracked);
+  EXPECT_EQ(gpuguard::device_counters(device).allocations, 0U);
+}
+
+TEST(ledger, phase_peak_resets_and_global_peak_stays) {
+  constexpr int device = 42;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  const gpuguard::device_buffer kept(100, {}, tracked);
+  { const gpuguard::device_buffer big(10000, {}, tracked); }
+  gpuguard::reset_phase_peak();
+  { const gpuguard::device_buffer medium(700, {}, tracked); }
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.peak_bytes, 10100U);
+  EXPECT_EQ(c.phase_peak_bytes, 800U);
+}
+
+TEST(ledger, tags_count_per_region_and_restore) {
+  constexpr int device = 43;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  std::vector<gpuguard::device_buffer> kept;
+  {
+    GPUGUARD_TAG("ledger_test.forward");
+    kept.emplace_back(256, gpuguard::stream_view{}, tracked);
+    {
+      GPUGUARD_TAG("ledger_test.inner");
+      kept.emplace_back(64, gpuguard::stream_view{}, tracked);
+    }
+    kept.emplace_back(256, gpuguard::stream_view{}, tracked);
+  }
+  EXPECT_EQ(gpuguard::current_tag(), gpuguard::untagged);
+  const gpuguard::ledger_snapshot snap = gpuguard::snapshot();
+  const gpuguard::counters* forward = find_tag(snap, "ledger_test.forward");
+  const gpuguard::counters* inner = find_tag(snap, "ledger_test.inner");
+  ASSERT_NE(forward, nullptr);
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(forward->current_bytes, 512U);
+  EXPECT_EQ(forward->allocations, 2U);
+  EXPECT_EQ(inner->current_bytes, 64U);
+  kept.clear();
+  EXPECT_EQ(find_tag(gpuguard::snapshot(), "ledger_test.forward")->current_bytes, 0U);
+}
+
+TEST(ledger, tags_past_the_limit_share_other) {
+  gpuguard::tag_id last = gpuguard::untagged;
+  for (int i = 0; i < gpuguard::max_tags + 10; ++i) {
+    last = gpuguard::intern_tag("ledger_test.many." + std::to_string(i));
+  }
+  EXPECT_EQ(gpuguard::tag_name(last), "(other)");
+  EXPECT_EQ(gpuguard::intern_tag("ledger_test.forward"), gpuguard::intern_tag("ledger_test.forward"));
+  EXPECT_EQ(gpuguard::intern_tag(""), gpuguard::untagged);
+}
+
+TEST(ledger, snapshot_lists_live_allocations_in_order) {
+  constexpr int device = 44;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  const gpuguard::device_buffer a(111, {}, tracked);
+  const gpuguard::device_buffer b(222, {}, tracked);
+  const gpuguard::ledger_snapshot snap = gpuguard::snapshot(true);
+  std::vector<std::size_t> sizes;
+  for (const gpuguard::allocation_record& r : snap.live) {
+    if (r.device == device) {
+      sizes.push_back(r.bytes);
+      EXPECT_EQ(r.kind, gpuguard::memory_kind::host);
+      EXPECT_GT(r.thread, 0U);
+    }
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{111, 222}));
+}
+
+class misuse : public testing::Test {
+ protected:
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked{host, 45};
+  gpuguard::misuse_counts before = gpuguard::misuse();
+};
+
+TEST_F(misuse, double_free_is_reported_counted_and_not_passed_on) {
+  void* p = tracked.allocate(128);
+  tracked.deallocate(p, 128);
+  testing::internal::CaptureStderr();
+  tracked.deallocate(p, 128);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("[gpuguard] error: double free"), std::string::npos) << err;
+  EXPECT_NE(err.find("first freed at"), std::string::npos) << err;
+  EXPECT_EQ(gpuguard::misuse().double_free, before.double_free + 1);
+  EXPECT_EQ(host.used(), 0U) << "the upstream freed it once";
+}
+
+TEST_F(misuse, unknown_pointer_is_reported_and_not_freed) {
+  int local = 0;
+  testing::internal::CaptureStderr();
+  tracked.deallocate(&local, 4);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("free of an unknown pointer"), std::string::npos) << err;
+  EXPECT_EQ(gpuguard::misuse().unknown_pointer, before.unknown_pointer + 1);
+}
+
+TEST_F(misuse, wrong_size_is_reported_and_freed_with_the_recorded_size) {
+  void* p = tracked.allocate(1000);
+  EXPECT_EQ(host.used(), 1000U);
+  testing::internal::CaptureStderr();
+  tracked.deallocate(p, 10);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("freed as 10 bytes but allocated as 1000"), std::string::npos) << err;
+  EXPECT_EQ(gpuguard::misuse().wrong_size, before.wrong_size + 1);
+  EXPECT_EQ(host.used(), 0U) << "host_memory_resource accounts by size: the right one was used";
+  EXPECT_EQ(gpuguard::device_counters(45).current_bytes, 0U);
+}
+
+TEST_F(misuse, wrong_device_is_reported_for_device_memory) {
+  int block = 0;
+  gpuguard::record_allocation({&block, 4, 7, nullptr, gpuguard::memory_kind::device});
+  testing::internal::CaptureStderr();
+  const gpuguard::free_result result = gpuguard::record_free(&block, 4, 3, nullptr);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(result.known);
+  EXPECT_EQ(result.device, 7) << "the source frees on the recorded device";
+  EXPECT_NE(err.find("allocated on device 7, freed while device 3 was current"), std::string::npos) << err;
+  EXPECT_EQ(gpuguard::misuse().wrong_device, before.wrong_device + 1);
+}
+
+TEST_F(misuse, abort_on_error_makes_misuse_fatal) {
+  EXPECT_DEATH(
+      {
+        gpuguard::options opts;
+        opts.abort_on_error = true;
+        gpuguard::configure_ledger(opts);
+        int local = 0;
+        tracked.deallocate(&local, 4);
+      },
+      "abort_on_error=1: aborting");
+}
+
+TEST(ledger, stacks_all_interns_identical_stacks_as_one_site) {
+  gpuguard::options opts;
+  opts.stacks = gpuguard::stack_mode::all;
+  gpuguard::configure_ledger(opts);
+  constexpr int device = 46;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  std::vector<gpuguard::device_buffer> kept;
+  kept.reserve(4);  // no reallocation: it would put other frames on some of the stacks
+  for (int i = 0; i < 3; ++i) { kept.emplace_back(64, gpuguard::stream_view{}, tracked); }
+  kept.emplace_back(32, gpuguard::stream_view{}, tracked);  // another line: another site
+  gpuguard::configure_ledger(gpuguard::options{});
+  std::vector<gpuguard::site_id> sites;
+  for (const gpuguard::allocation_record& r : gpuguard::snapshot(true).live) {
+    if (r.device == device) { sites.push_back(r.site); }
+  }
+  ASSERT_EQ(sites.size(), 4U);
+  EXPECT_NE(sites[0], gpuguard::no_site);
+  EXPECT_EQ(sites[0], sites[1]);
+  EXPECT_EQ(sites[1], sites[2]);
+  EXPECT_NE(sites[2], sites[3]);
+  const std::vector<gpuguard::frame_info> frames = gpuguard::resolve_site(sites[0]);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.front().function.rfind("gpuguard::", 0), std::string::npos)
+      << "gpuguard's own frames are dropped: " << frames.front().function;
+}
+
+TEST(ledger, sampled_stacks_capture_one_in_n) {
+  gpuguard::options opts;
+  opts.stacks = gpuguard::stack_mode::sampled;
+  opts.stack_sample = 4;
+  gpuguard::configure_ledger(opts);
+  constexpr int device = 47;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  std::vector<gpuguard::device_buffer> kept;
+  kept.reserve(40);
+  for (int i = 0; i < 40; ++i) { kept.emplace_back(16, gpuguard::stream_view{}, tracked); }
+  gpuguard::configure_ledger(gpuguard::options{});
+  int with_stack = 0;
+  for (const gpuguard::allocation_record& r : gpuguard::snapshot(true).live) {
+    if (r.device == device && r.site != gpuguard::no_site) { ++with_stack; }
+  }
+  EXPECT_EQ(with_stack, 10);
+}
+
+}  // namespace
