@@ -1,15 +1,41 @@
-// What tracking costs: every benchmark comes as an untracked baseline and a tracked variant over
-// the same upstream, measured in the same run. benchmarks/report.py turns the JSON into ratios.
-#include <gpuguard/gpuguard.hpp>
+// What tracking costs. Every benchmark comes as a pair over the same upstream, measured in the
+// same run: an untracked baseline and the same work through gpuguard::tracking_resource, so the
+// results are read as ratios (benchmarks/run_benchmarks.py writes them into docs/benchmarks.md).
+//
+//   BM_host_pair/{untracked,tracked}/real_time/threads:{1,16}
+//       one allocate+deallocate of 256 bytes on host memory per iteration, stacks off.
+//   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
+//       the same pair with stacks=all, or stacks=sampled with stack_sample=64.
+//   BM_cuda_malloc_pair/{untracked,tracked}/real_time
+//       one cudaMalloc+cudaFree of 1 MiB per iteration.
+//   BM_cuda_async_pair/{untracked,tracked}/real_time
+//       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
+//
+// The CUDA benchmarks report "no CUDA device" as a skip (SkipWithError) on a machine without a
+// GPU, so the run completes there.
+#include <gpuguard/cuda_memory_resources.hpp>
+#include <gpuguard/device.hpp>
+#include <gpuguard/host_memory_resource.hpp>
 #include <gpuguard/ledger.hpp>
+#include <gpuguard/options.hpp>
+#include <gpuguard/stream.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace {
 
-constexpr int bench_device = 60;  // a device id of its own, so the counters touch nothing else
+// A device id of the benchmark's own, so its counters touch nothing else in the ledger.
+constexpr int bench_device = 60;
+constexpr std::size_t host_bytes = 256;
+constexpr std::size_t cuda_bytes = std::size_t{1} << 20;
+constexpr std::uint32_t sample_every = 64;
 
+// Resources are created once and shared: with ->Threads(16) the benchmark function runs on 16
+// threads at once, and function-local statics are initialised exactly once.
 gpuguard::host_memory_resource& host() {
   static gpuguard::host_memory_resource resource;
   return resource;
@@ -19,79 +45,155 @@ gpuguard::tracking_resource& tracked_host() {
   return resource;
 }
 
+/// The process's options (GPUGUARD_OPTIONS on top of the defaults) with the given stack mode.
+gpuguard::options with_stacks(gpuguard::stack_mode mode) {
+  gpuguard::options opts = gpuguard::process_options();
+  opts.stacks = mode;
+  opts.stack_sample = sample_every;
+  return opts;
+}
+
+/// Sets a stack mode for the lifetime of this object; the stacks-off options are restored after.
+class stacks_scope {
+ public:
+  explicit stacks_scope(gpuguard::stack_mode mode) { gpuguard::configure_ledger(with_stacks(mode)); }
+  stacks_scope(const stacks_scope&) = delete;
+  stacks_scope& operator=(const stacks_scope&) = delete;
+  stacks_scope(stacks_scope&&) = delete;
+  stacks_scope& operator=(stacks_scope&&) = delete;
+  ~stacks_scope() { gpuguard::configure_ledger(with_stacks(gpuguard::stack_mode::off)); }
+};
+
 void pairs(benchmark::State& state, gpuguard::memory_resource& resource, std::size_t bytes,
            gpuguard::stream_view stream = {}) {
   for (auto _ : state) {
-    void* p = resource.allocate(bytes, stream);
-    benchmark::DoNotOptimize(p);
-    resource.deallocate(p, bytes, stream);
+    void* ptr = resource.allocate(bytes, stream);
+    benchmark::DoNotOptimize(ptr);
+    resource.deallocate(ptr, bytes, stream);
+    benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
 }
 
-void with_stacks(gpuguard::stack_mode mode) {
-  gpuguard::options opts;
-  opts.stacks = mode;
-  opts.stack_sample = 64;
-  gpuguard::configure_ledger(opts);
+// ---- a. host, stacks off --------------------------------------------------------------------------
+void BM_host_pair_untracked(benchmark::State& state) { pairs(state, host(), host_bytes); }
+void BM_host_pair_tracked(benchmark::State& state) { pairs(state, tracked_host(), host_bytes); }
+
+// ---- b. host, stacks on ---------------------------------------------------------------------------
+void BM_host_pair_stacks_all_untracked(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::all);
+  pairs(state, host(), host_bytes);
+}
+void BM_host_pair_stacks_all_tracked(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::all);
+  pairs(state, tracked_host(), host_bytes);
+}
+void BM_host_pair_stacks_sampled_untracked(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::sampled);
+  pairs(state, host(), host_bytes);
+}
+void BM_host_pair_stacks_sampled_tracked(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::sampled);
+  pairs(state, tracked_host(), host_bytes);
 }
 
-void BM_host_pair_untracked(benchmark::State& state) { pairs(state, host(), 256); }
-void BM_host_pair_tracked(benchmark::State& state) { pairs(state, tracked_host(), 256); }
-
-void BM_host_pair_tracked_stacks_all(benchmark::State& state) {
-  with_stacks(gpuguard::stack_mode::all);
-  pairs(state, tracked_host(), 256);
-  with_stacks(gpuguard::stack_mode::off);
-}
-void BM_host_pair_tracked_stacks_sampled(benchmark::State& state) {
-  with_stacks(gpuguard::stack_mode::sampled);
-  pairs(state, tracked_host(), 256);
-  with_stacks(gpuguard::stack_mode::off);
-}
-
+// ---- c. CUDA --------------------------------------------------------------------------------------
 bool gpu_or_skip(benchmark::State& state) {
   if (gpuguard::has_device()) { return true; }
   state.SkipWithError("no CUDA device");
   return false;
 }
 
+gpuguard::cuda_memory_resource& cuda_plain() {
+  static gpuguard::cuda_memory_resource resource;
+  return resource;
+}
+gpuguard::cuda_async_memory_resource& cuda_async() {
+  static gpuguard::cuda_async_memory_resource resource;
+  return resource;
+}
+// Device memory is tracked under the device it belongs to (frees enter that device), so these use
+// the real current device, not bench_device.
+gpuguard::tracking_resource& tracked_cuda_plain() {
+  static gpuguard::tracking_resource resource(cuda_plain(), gpuguard::current_device());
+  return resource;
+}
+gpuguard::tracking_resource& tracked_cuda_async() {
+  static gpuguard::tracking_resource resource(cuda_async(), gpuguard::current_device());
+  return resource;
+}
+gpuguard::stream& bench_stream() {
+  static gpuguard::stream stream;
+  return stream;
+}
+
+void cuda_pairs(benchmark::State& state, gpuguard::memory_resource& resource) {
+  // One pair outside the timing, so the first timed iteration pays no one-time setup.
+  resource.deallocate(resource.allocate(cuda_bytes), cuda_bytes);
+  pairs(state, resource, cuda_bytes);
+}
+
+void cuda_async_pairs(benchmark::State& state, gpuguard::memory_resource& resource) {
+  const gpuguard::stream_view stream = bench_stream().view();
+  // One pair outside the timing, so the pool has grown before the first timed iteration.
+  resource.deallocate(resource.allocate(cuda_bytes, stream), cuda_bytes, stream);
+  stream.synchronize();
+  pairs(state, resource, cuda_bytes, stream);
+  stream.synchronize();
+}
+
 void BM_cuda_malloc_pair_untracked(benchmark::State& state) {
-  if (!gpu_or_skip(state)) { return; }
-  gpuguard::cuda_memory_resource plain;
-  pairs(state, plain, 1 << 20);
+  if (gpu_or_skip(state)) { cuda_pairs(state, cuda_plain()); }
 }
 void BM_cuda_malloc_pair_tracked(benchmark::State& state) {
-  if (!gpu_or_skip(state)) { return; }
-  gpuguard::cuda_memory_resource plain;
-  gpuguard::tracking_resource tracked(plain, gpuguard::current_device());
-  pairs(state, tracked, 1 << 20);
+  if (gpu_or_skip(state)) { cuda_pairs(state, tracked_cuda_plain()); }
 }
 void BM_cuda_async_pair_untracked(benchmark::State& state) {
-  if (!gpu_or_skip(state)) { return; }
-  gpuguard::cuda_async_memory_resource pool;
-  const gpuguard::stream stream;
-  pairs(state, pool, 1 << 20, stream);
-  stream.synchronize();
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, cuda_async()); }
 }
 void BM_cuda_async_pair_tracked(benchmark::State& state) {
-  if (!gpu_or_skip(state)) { return; }
-  gpuguard::cuda_async_memory_resource pool;
-  gpuguard::tracking_resource tracked(pool, gpuguard::current_device());
-  const gpuguard::stream stream;
-  pairs(state, tracked, 1 << 20, stream);
-  stream.synchronize();
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
+}
+
+void register_benchmarks() {
+  for (const int threads : {1, 16}) {
+    benchmark::RegisterBenchmark("BM_host_pair/untracked", BM_host_pair_untracked)
+        ->Threads(threads)->UseRealTime();
+    benchmark::RegisterBenchmark("BM_host_pair/tracked", BM_host_pair_tracked)
+        ->Threads(threads)->UseRealTime();
+  }
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_all/untracked", BM_host_pair_stacks_all_untracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_all/tracked", BM_host_pair_stacks_all_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_sampled/untracked",
+                               BM_host_pair_stacks_sampled_untracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_sampled/tracked",
+                               BM_host_pair_stacks_sampled_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_malloc_pair/untracked", BM_cuda_malloc_pair_untracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_malloc_pair/tracked", BM_cuda_malloc_pair_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_async_pair/untracked", BM_cuda_async_pair_untracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
+      ->UseRealTime();
 }
 
 }  // namespace
 
-BENCHMARK(BM_host_pair_untracked)->Threads(1)->Threads(16)->UseRealTime();
-BENCHMARK(BM_host_pair_tracked)->Threads(1)->Threads(16)->UseRealTime();
-BENCHMARK(BM_host_pair_tracked_stacks_all);
-BENCHMARK(BM_host_pair_tracked_stacks_sampled);
-BENCHMARK(BM_cuda_malloc_pair_untracked);
-BENCHMARK(BM_cuda_malloc_pair_tracked);
-BENCHMARK(BM_cuda_async_pair_untracked);
-BENCHMARK(BM_cuda_async_pair_tracked);
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // The stacks-off benchmarks measure stacks off whatever GPUGUARD_OPTIONS says.
+  gpuguard::configure_ledger(with_stacks(gpuguard::stack_mode::off));
+  // Create the CUDA context before any timing: the first benchmark would otherwise pay for it.
+  if (gpuguard::has_device()) { static_cast<void>(cudaFree(nullptr)); }
+  register_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) { return 1; }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -44,4 +44,8 @@ elseif(NOT backend STREQUAL "basic")
   message(FATAL_ERROR "GPUGUARD_STACKTRACE_BACKEND='${backend}': expected backtrace, addr2line or basic")
 endif()
 target_compile_definitions(gpuguard_stacktrace INTERFACE "GPUGUARD_STACKTRACE_BACKEND=\"${backend}\"")
+if(GPUGUARD_ADDR2LINE)
+  # Fills in frames the backend could not place (see src/stacks.cpp).
+  target_compile_definitions(gpuguard_stacktrace INTERFACE "GPUGUARD_ADDR2LINE_PATH=\"${GPUGUARD_ADDR2LINE}\"")
+endif()
 set(GPUGUARD_STACKTRACE_BACKEND_USED "${backend}")

@@ -1,5 +1,6 @@
 #include <gpuguard/options.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>

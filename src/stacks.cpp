@@ -6,6 +6,11 @@
 #include <boost/stacktrace/safe_dump_to.hpp>
 
 #include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <map>
+#include <unistd.h>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -122,9 +127,89 @@ std::vector<void*> site_frames(site_id site) {
   return shard.entries[local].frames;
 }
 
+namespace {
+
+#if defined(GPUGUARD_ADDR2LINE_PATH)
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) { quoted += c == '\'' ? std::string("'\\''") : std::string(1, c); }
+  return quoted + "'";
+}
+
+// This program's file, as the kernel knows it ("/proc/self/exe" would name addr2line itself).
+std::string program_path() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string();
+}
+
+// Fills function, file and line of frames the backend left without a file by running addr2line
+// once per module on module-relative addresses. This also covers position-independent programs
+// and gpuguard's own hidden symbols, which Boost's header-only modes resolve poorly.
+void fill_from_addr2line(std::vector<frame_info>& frames, const std::vector<void*>& raw) {
+  std::map<std::string, std::vector<std::size_t>> by_module;
+  std::vector<std::uintptr_t> offsets(frames.size());
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (!frames[i].file.empty()) { continue; }
+    Dl_info info{};
+    if (dladdr(raw[i], &info) == 0 || info.dli_fbase == nullptr) {
+      continue;
+    }
+    std::string module = info.dli_fname != nullptr ? info.dli_fname : "";
+    if (module.empty() || module[0] != '/') { module = program_path(); }  // the main program
+    // Return addresses point after the call: look up the call itself.
+    offsets[i] = frames[i].address - reinterpret_cast<std::uintptr_t>(info.dli_fbase) - 1;
+    by_module[module].push_back(i);
+  }
+  for (const auto& [module, indices] : by_module) {
+    // -a prints each address before its lines, -i the chain of inlined calls: the last pair is
+    // the real function and the line in it where the inlined code was called.
+    std::string command = std::string(GPUGUARD_ADDR2LINE_PATH) + " -a -i -f -C -e " + shell_quote(module);
+    for (const std::size_t i : indices) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, " 0x%llx", static_cast<unsigned long long>(offsets[i]));
+      command += hex;
+    }
+    command += " 2>/dev/null";
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) { continue; }
+    char buffer[4096];
+    std::size_t next = 0;
+    frame_info* current = nullptr;
+    std::string function;
+    bool want_function = true;
+    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+      std::string line(buffer);
+      line.erase(line.find_last_not_of("\r\n") + 1);
+      if (line.compare(0, 2, "0x") == 0) {
+        current = next < indices.size() ? &frames[indices[next++]] : nullptr;
+        want_function = true;
+        continue;
+      }
+      if (current == nullptr) { continue; }
+      if (want_function) {
+        function = line;
+        want_function = false;
+        continue;
+      }
+      want_function = true;
+      if (function != "??") { current->function = function; }
+      const std::size_t colon = line.rfind(':');
+      if (colon != std::string::npos && line.compare(0, 2, "??") != 0) {
+        current->file = line.substr(0, colon);
+        current->line = std::strtoul(line.c_str() + colon + 1, nullptr, 10);
+      }
+    }
+    ::pclose(pipe);
+  }
+}
+#endif
+
+}  // namespace
+
 std::vector<frame_info> resolve_frames(const std::vector<void*>& frames) {
-  std::vector<frame_info> resolved;
-  resolved.reserve(frames.size());
+  std::vector<frame_info> all;
+  all.reserve(frames.size());
   for (void* address : frames) {
     const boost::stacktrace::frame frame(address);
     frame_info info;
@@ -132,7 +217,15 @@ std::vector<frame_info> resolve_frames(const std::vector<void*>& frames) {
     info.function = frame.name();
     info.file = frame.source_file();
     info.line = frame.source_line();
-    if (resolved.empty() && is_internal_frame(info.function)) { continue; }
+    all.push_back(std::move(info));
+  }
+#if defined(GPUGUARD_ADDR2LINE_PATH)
+  fill_from_addr2line(all, frames);
+#endif
+  std::vector<frame_info> resolved;
+  for (frame_info& info : all) {
+    // Drop gpuguard's and the standard library's frames, and unresolved ones, from the front.
+    if (resolved.empty() && (info.function.empty() || is_internal_frame(info.function))) { continue; }
     const bool is_main = info.function == "main";
     resolved.push_back(std::move(info));
     if (is_main) { break; }  // what lies below main (libc start-up) says nothing about the leak

@@ -1,158 +1,468 @@
-// GPUGUARD_OPTIONS parsing: every key, every kind of bad input, and the exact message for each.
+// GPUGUARD_OPTIONS parsing: every key, every kind of bad input and its exact message, and what
+// process_options() does in a real process (child processes, so the parent's once-only state is
+// never touched).
 #include <gpuguard/options.hpp>
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
+
 #include <sys/wait.h>
 #include <unistd.h>
-#include <vector>
 
 namespace {
 
+using gpuguard::device_mode;
+using gpuguard::options;
+using gpuguard::parse_options;
+using gpuguard::stack_mode;
+
+using errors = std::vector<std::string>;
+
+// Parses text that must be entirely valid.
+options parse_ok(std::string_view text, const options& base = {}) {
+  const auto parsed = parse_options(text, base);
+  EXPECT_EQ(parsed.errors, errors{}) << "text: " << text;
+  return parsed.values;
+}
+
+// The one error of text, which must leave every option as in `base`.
+std::string one_error(std::string_view text) {
+  const auto parsed = parse_options(text);
+  EXPECT_EQ(parsed.errors.size(), 1U) << "text: " << text;
+  const options defaults;
+  EXPECT_EQ(parsed.values.stacks, defaults.stacks);
+  EXPECT_EQ(parsed.values.stack_sample, defaults.stack_sample);
+  EXPECT_EQ(parsed.values.stack_depth, defaults.stack_depth);
+  EXPECT_EQ(parsed.values.abort_on_error, defaults.abort_on_error);
+  EXPECT_EQ(parsed.values.leak_report, defaults.leak_report);
+  EXPECT_EQ(parsed.values.leak_json, defaults.leak_json);
+  EXPECT_EQ(parsed.values.leak_exitcode, defaults.leak_exitcode);
+  EXPECT_EQ(parsed.values.leak_sites, defaults.leak_sites);
+  EXPECT_EQ(parsed.values.device, defaults.device);
+  EXPECT_EQ(parsed.values.host_capacity, defaults.host_capacity);
+  EXPECT_EQ(parsed.values.strict, defaults.strict);
+  return parsed.errors.empty() ? std::string() : parsed.errors.front();
+}
+
+std::string bad_value(std::string_view value, std::string_view key, std::string_view expected) {
+  return "bad value '" + std::string(value) + "' for key '" + std::string(key) + "': expected " +
+         std::string(expected) + "; ignored";
+}
+
+constexpr const char* boolean_expected = "one of 0, 1, true, false, yes, no";
+constexpr const char* bytes_expected =
+    "a byte count (digits, then optionally K, M, G, T, KiB, MiB, GiB or TiB) of at most "
+    "18446744073709551615";
+
 TEST(options, defaults) {
-  const gpuguard::options o = gpuguard::parse_options("").values;
-  EXPECT_EQ(o.stacks, gpuguard::stack_mode::off);
+  const options o;
+  EXPECT_EQ(o.stacks, stack_mode::off);
   EXPECT_EQ(o.stack_sample, 64U);
   EXPECT_EQ(o.stack_depth, 16U);
   EXPECT_FALSE(o.abort_on_error);
   EXPECT_TRUE(o.leak_report);
   EXPECT_EQ(o.leak_json, "");
   EXPECT_EQ(o.leak_exitcode, 0);
-  EXPECT_EQ(o.device, gpuguard::device_mode::automatic);
+  EXPECT_EQ(o.leak_sites, 20U);
+  EXPECT_EQ(o.device, device_mode::automatic);
   EXPECT_EQ(o.host_capacity, 0U);
   EXPECT_FALSE(o.strict);
 }
 
-TEST(options, every_key_with_a_good_value) {
-  const gpuguard::parsed_options p = gpuguard::parse_options(
-      "stacks=sampled:stack_sample=8:stack_depth=32:abort_on_error=1:leak_report=no:"
-      "leak_json=/tmp/l.json:leak_exitcode=23:leak_sites=5:device=async:host_capacity=1KiB:strict=true");
-  EXPECT_TRUE(p.errors.empty()) << p.errors.front();
-  const gpuguard::options& o = p.values;
-  EXPECT_EQ(o.stacks, gpuguard::stack_mode::sampled);
-  EXPECT_EQ(o.stack_sample, 8U);
+TEST(options, empty_text_gives_base) {
+  options base;
+  base.stack_depth = 7;
+  base.leak_json = "x.json";
+  const options o = parse_ok("", base);
+  EXPECT_EQ(o.stack_depth, 7U);
+  EXPECT_EQ(o.leak_json, "x.json");
+  EXPECT_EQ(o.stacks, stack_mode::off);
+}
+
+TEST(options, empty_items_are_skipped) {
+  EXPECT_EQ(parse_ok(":").stacks, stack_mode::off);
+  EXPECT_EQ(parse_ok(":::").stacks, stack_mode::off);
+  const options o = parse_ok(":stacks=all::stack_depth=3:");
+  EXPECT_EQ(o.stacks, stack_mode::all);
+  EXPECT_EQ(o.stack_depth, 3U);
+  EXPECT_EQ(parse_ok("::leak_sites=5::").leak_sites, 5U);
+}
+
+TEST(options, stacks) {
+  EXPECT_EQ(parse_ok("stacks=off", [] { options b; b.stacks = stack_mode::all; return b; }()).stacks,
+            stack_mode::off);
+  EXPECT_EQ(parse_ok("stacks=sampled").stacks, stack_mode::sampled);
+  EXPECT_EQ(parse_ok("stacks=all").stacks, stack_mode::all);
+  const std::string expected = "one of off, sampled, all";
+  EXPECT_EQ(one_error("stacks=ALL"), bad_value("ALL", "stacks", expected));
+  EXPECT_EQ(one_error("stacks="), bad_value("", "stacks", expected));
+  EXPECT_EQ(one_error("stacks=all "), bad_value("all ", "stacks", expected));
+  EXPECT_EQ(one_error("stacks=1"), bad_value("1", "stacks", expected));
+}
+
+TEST(options, stack_sample) {
+  EXPECT_EQ(parse_ok("stack_sample=1").stack_sample, 1U);
+  EXPECT_EQ(parse_ok("stack_sample=1000").stack_sample, 1000U);
+  EXPECT_EQ(parse_ok("stack_sample=1000000").stack_sample, 1000000U);
+  EXPECT_EQ(parse_ok("stack_sample=007").stack_sample, 7U);
+  const std::string expected = "an integer in 1..1000000";
+  EXPECT_EQ(one_error("stack_sample=many"), bad_value("many", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=0"), bad_value("0", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=1000001"), bad_value("1000001", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=-5"), bad_value("-5", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=+5"), bad_value("+5", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample= 5"), bad_value(" 5", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=5x"), bad_value("5x", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=0x10"), bad_value("0x10", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample=1.5"), bad_value("1.5", "stack_sample", expected));
+  EXPECT_EQ(one_error("stack_sample="), bad_value("", "stack_sample", expected));
+}
+
+TEST(options, stack_depth) {
+  EXPECT_EQ(parse_ok("stack_depth=1").stack_depth, 1U);
+  EXPECT_EQ(parse_ok("stack_depth=64").stack_depth, 64U);
+  const std::string expected = "an integer in 1..64";
+  EXPECT_EQ(one_error("stack_depth=0"), bad_value("0", "stack_depth", expected));
+  EXPECT_EQ(one_error("stack_depth=65"), bad_value("65", "stack_depth", expected));
+  EXPECT_EQ(one_error("stack_depth=deep"), bad_value("deep", "stack_depth", expected));
+}
+
+TEST(options, booleans) {
+  for (const char* key : {"abort_on_error", "leak_report", "strict"}) {
+    const std::string k = key;
+    for (const char* yes : {"1", "true", "yes"}) {
+      const options o = parse_ok(k + "=" + yes);
+      const bool value = k == "abort_on_error" ? o.abort_on_error : k == "leak_report" ? o.leak_report : o.strict;
+      EXPECT_TRUE(value) << k << "=" << yes;
+    }
+    options all_true;
+    all_true.abort_on_error = all_true.leak_report = all_true.strict = true;
+    for (const char* no : {"0", "false", "no"}) {
+      const options o = parse_ok(k + "=" + no, all_true);
+      const bool value = k == "abort_on_error" ? o.abort_on_error : k == "leak_report" ? o.leak_report : o.strict;
+      EXPECT_FALSE(value) << k << "=" << no;
+    }
+    for (const char* bad : {"", "2", "TRUE", "on", "off", "y", "01"}) {
+      EXPECT_EQ(one_error(k + "=" + bad), bad_value(bad, k, boolean_expected)) << k << "=" << bad;
+    }
+  }
+}
+
+TEST(options, leak_json) {
+  EXPECT_EQ(parse_ok("leak_json=/tmp/leaks.json").leak_json, "/tmp/leaks.json");
+  EXPECT_EQ(parse_ok("leak_json=a b=c").leak_json, "a b=c");
+  options base;
+  base.leak_json = "old.json";
+  EXPECT_EQ(parse_ok("leak_json=", base).leak_json, "");
+}
+
+TEST(options, leak_exitcode) {
+  EXPECT_EQ(parse_ok("leak_exitcode=0", [] { options b; b.leak_exitcode = 9; return b; }()).leak_exitcode, 0);
+  EXPECT_EQ(parse_ok("leak_exitcode=1").leak_exitcode, 1);
+  EXPECT_EQ(parse_ok("leak_exitcode=255").leak_exitcode, 255);
+  const std::string expected = "an integer in 0..255";
+  EXPECT_EQ(one_error("leak_exitcode=256"), bad_value("256", "leak_exitcode", expected));
+  EXPECT_EQ(one_error("leak_exitcode=-1"), bad_value("-1", "leak_exitcode", expected));
+  EXPECT_EQ(one_error("leak_exitcode=one"), bad_value("one", "leak_exitcode", expected));
+}
+
+TEST(options, leak_sites) {
+  EXPECT_EQ(parse_ok("leak_sites=1").leak_sites, 1U);
+  EXPECT_EQ(parse_ok("leak_sites=100000").leak_sites, 100000U);
+  const std::string expected = "an integer in 1..100000";
+  EXPECT_EQ(one_error("leak_sites=0"), bad_value("0", "leak_sites", expected));
+  EXPECT_EQ(one_error("leak_sites=100001"), bad_value("100001", "leak_sites", expected));
+}
+
+TEST(options, device) {
+  EXPECT_EQ(parse_ok("device=auto", [] { options b; b.device = device_mode::host; return b; }()).device,
+            device_mode::automatic);
+  EXPECT_EQ(parse_ok("device=cuda").device, device_mode::cuda);
+  EXPECT_EQ(parse_ok("device=async").device, device_mode::async);
+  EXPECT_EQ(parse_ok("device=host").device, device_mode::host);
+  const std::string expected = "one of auto, cuda, async, host";
+  EXPECT_EQ(one_error("device=automatic"), bad_value("automatic", "device", expected));
+  EXPECT_EQ(one_error("device=gpu"), bad_value("gpu", "device", expected));
+  EXPECT_EQ(one_error("device="), bad_value("", "device", expected));
+}
+
+TEST(options, host_capacity) {
+  constexpr std::size_t kib = 1024;
+  EXPECT_EQ(parse_ok("host_capacity=0").host_capacity, 0U);
+  EXPECT_EQ(parse_ok("host_capacity=0G").host_capacity, 0U);
+  EXPECT_EQ(parse_ok("host_capacity=12345").host_capacity, 12345U);
+  EXPECT_EQ(parse_ok("host_capacity=1K").host_capacity, kib);
+  EXPECT_EQ(parse_ok("host_capacity=1KiB").host_capacity, kib);
+  EXPECT_EQ(parse_ok("host_capacity=3M").host_capacity, 3 * kib * kib);
+  EXPECT_EQ(parse_ok("host_capacity=3MiB").host_capacity, 3 * kib * kib);
+  EXPECT_EQ(parse_ok("host_capacity=4G").host_capacity, std::size_t{4} << 30);
+  EXPECT_EQ(parse_ok("host_capacity=4GiB").host_capacity, std::size_t{4} << 30);
+  EXPECT_EQ(parse_ok("host_capacity=2T").host_capacity, std::size_t{2} << 40);
+  EXPECT_EQ(parse_ok("host_capacity=2TiB").host_capacity, std::size_t{2} << 40);
+  EXPECT_EQ(parse_ok("host_capacity=18446744073709551615").host_capacity, SIZE_MAX);
+  EXPECT_EQ(parse_ok("host_capacity=17179869183G").host_capacity, std::size_t{17179869183} << 30);
+  EXPECT_EQ(parse_ok("host_capacity=16777215T").host_capacity, std::size_t{16777215} << 40);
+
+  for (const char* bad : {"", "G", "4g", "4 G", "4GB", "4Gi", "4B", "4KIB", "-1", "+1", "1.5G", "4G ", "0x10",
+                          "17179869184G", "16777216T", "18446744073709551616", "99999999999999999999K"}) {
+    EXPECT_EQ(one_error(std::string("host_capacity=") + bad), bad_value(bad, "host_capacity", bytes_expected))
+        << bad;
+  }
+}
+
+TEST(options, integer_overflow_for_every_integer_key) {
+  const std::string huge = "99999999999999999999";
+  EXPECT_EQ(one_error("stack_sample=" + huge), bad_value(huge, "stack_sample", "an integer in 1..1000000"));
+  EXPECT_EQ(one_error("stack_depth=" + huge), bad_value(huge, "stack_depth", "an integer in 1..64"));
+  EXPECT_EQ(one_error("leak_exitcode=" + huge), bad_value(huge, "leak_exitcode", "an integer in 0..255"));
+  EXPECT_EQ(one_error("leak_sites=" + huge), bad_value(huge, "leak_sites", "an integer in 1..100000"));
+  EXPECT_EQ(one_error("host_capacity=" + huge), bad_value(huge, "host_capacity", bytes_expected));
+  // Values that fit in 32 or 64 bits but wrap when narrowed must not sneak through.
+  EXPECT_EQ(one_error("stack_depth=4294967297"), bad_value("4294967297", "stack_depth", "an integer in 1..64"));
+  EXPECT_EQ(one_error("leak_exitcode=4294967296"),
+            bad_value("4294967296", "leak_exitcode", "an integer in 0..255"));
+  EXPECT_EQ(one_error("leak_sites=18446744073709551617"),
+            bad_value("18446744073709551617", "leak_sites", "an integer in 1..100000"));
+}
+
+TEST(options, exact_messages_from_the_brief) {
+  EXPECT_EQ(one_error("stackz=all"), "unknown key 'stackz' (value 'all'); ignored");
+  EXPECT_EQ(one_error("stack_sample=many"),
+            "bad value 'many' for key 'stack_sample': expected an integer in 1..1000000; ignored");
+  EXPECT_EQ(one_error("verbose"), "item 'verbose' has no '='; ignored");
+  EXPECT_EQ(one_error("leak_exitcode=99999999999999999999"),
+            "bad value '99999999999999999999' for key 'leak_exitcode': expected an integer in 0..255; ignored");
+}
+
+TEST(options, unknown_keys) {
+  EXPECT_EQ(one_error("Stacks=all"), "unknown key 'Stacks' (value 'all'); ignored");
+  EXPECT_EQ(one_error(" stacks=all"), "unknown key ' stacks' (value 'all'); ignored");
+  EXPECT_EQ(one_error("stacks =all"), "unknown key 'stacks ' (value 'all'); ignored");
+  EXPECT_EQ(one_error("=all"), "unknown key '' (value 'all'); ignored");
+  EXPECT_EQ(one_error("nope="), "unknown key 'nope' (value ''); ignored");
+}
+
+TEST(options, missing_equals) {
+  EXPECT_EQ(one_error("stacks"), "item 'stacks' has no '='; ignored");
+  EXPECT_EQ(one_error(" "), "item ' ' has no '='; ignored");
+  const auto parsed = parse_options("a:stacks=all:b");
+  EXPECT_EQ(parsed.errors, (errors{"item 'a' has no '='; ignored", "item 'b' has no '='; ignored"}));
+  EXPECT_EQ(parsed.values.stacks, stack_mode::all);
+}
+
+TEST(options, stray_separators) {
+  EXPECT_EQ(one_error("=="), "unknown key '' (value '='); ignored");
+  EXPECT_EQ(one_error("="), "unknown key '' (value ''); ignored");
+  EXPECT_EQ(one_error("stacks=all=x"), bad_value("all=x", "stacks", "one of off, sampled, all"));
+  EXPECT_EQ(one_error("stacks==all"), bad_value("=all", "stacks", "one of off, sampled, all"));
+  EXPECT_EQ(parse_ok("leak_json==x=").leak_json, "=x=");
+}
+
+TEST(options, non_printable_bytes_are_escaped) {
+  EXPECT_EQ(one_error("st\xc3\xa4" "cks=all"), "unknown key 'st\\xc3\\xa4cks' (value 'all'); ignored");
+  EXPECT_EQ(one_error("stacks=a\x01l"), "bad value 'a\\x01l' for key 'stacks': expected one of off, sampled, all; ignored");
+  EXPECT_EQ(one_error("x\x7f\x1f\xff"), "item 'x\\x7f\\x1f\\xff' has no '='; ignored");
+  EXPECT_EQ(one_error("stack_depth=1\n"), bad_value("1\\x0a", "stack_depth", "an integer in 1..64"));
+  EXPECT_EQ(one_error("k=\t"), "unknown key 'k' (value '\\x09'); ignored");
+  // An embedded NUL is a byte like any other: shown, not a terminator.
+  EXPECT_EQ(one_error(std::string_view("stacks=all\0x", 12)),
+            bad_value("all\\x00x", "stacks", "one of off, sampled, all"));
+  // A path is never rejected, whatever bytes it holds.
+  EXPECT_EQ(parse_ok("leak_json=r\xc3\xa9sum\xc3\xa9.json").leak_json, "r\xc3\xa9sum\xc3\xa9.json");
+}
+
+TEST(options, duplicate_keys_last_valid_wins) {
+  EXPECT_EQ(parse_ok("stacks=all:stacks=sampled").stacks, stack_mode::sampled);
+  EXPECT_EQ(parse_ok("stack_depth=3:stack_depth=9:stack_depth=5").stack_depth, 5U);
+  const auto parsed = parse_options("stack_depth=3:stack_depth=99");
+  EXPECT_EQ(parsed.values.stack_depth, 3U);
+  EXPECT_EQ(parsed.errors, errors{bad_value("99", "stack_depth", "an integer in 1..64")});
+}
+
+TEST(options, rejected_item_keeps_base_and_others_apply) {
+  options base;
+  base.stack_sample = 500;
+  base.leak_exitcode = 7;
+  base.device = device_mode::async;
+  const auto parsed = parse_options(
+      "stacks=sampled:stack_sample=0:nope=1:leak_sites=3:broken:leak_exitcode=300:device=cpu:"
+      "host_capacity=1M:strict=1",
+      base);
+  EXPECT_EQ(parsed.values.stacks, stack_mode::sampled);
+  EXPECT_EQ(parsed.values.stack_sample, 500U);
+  EXPECT_EQ(parsed.values.leak_sites, 3U);
+  EXPECT_EQ(parsed.values.leak_exitcode, 7);
+  EXPECT_EQ(parsed.values.device, device_mode::async);
+  EXPECT_EQ(parsed.values.host_capacity, std::size_t{1} << 20);
+  EXPECT_TRUE(parsed.values.strict);  // strict changes nothing in parsing
+  EXPECT_EQ(parsed.values.stack_depth, base.stack_depth);
+  EXPECT_EQ(parsed.errors, (errors{
+                               bad_value("0", "stack_sample", "an integer in 1..1000000"),
+                               "unknown key 'nope' (value '1'); ignored",
+                               "item 'broken' has no '='; ignored",
+                               bad_value("300", "leak_exitcode", "an integer in 0..255"),
+                               bad_value("cpu", "device", "one of auto, cuda, async, host"),
+                           }));
+}
+
+TEST(options, every_key_at_once) {
+  const options o = parse_ok(
+      "stacks=sampled:stack_sample=10:stack_depth=32:abort_on_error=yes:leak_report=no:"
+      "leak_json=out.json:leak_exitcode=23:leak_sites=50:device=host:host_capacity=2GiB:strict=true");
+  EXPECT_EQ(o.stacks, stack_mode::sampled);
+  EXPECT_EQ(o.stack_sample, 10U);
   EXPECT_EQ(o.stack_depth, 32U);
   EXPECT_TRUE(o.abort_on_error);
   EXPECT_FALSE(o.leak_report);
-  EXPECT_EQ(o.leak_json, "/tmp/l.json");
+  EXPECT_EQ(o.leak_json, "out.json");
   EXPECT_EQ(o.leak_exitcode, 23);
-  EXPECT_EQ(o.leak_sites, 5U);
-  EXPECT_EQ(o.device, gpuguard::device_mode::async);
-  EXPECT_EQ(o.host_capacity, 1024U);
+  EXPECT_EQ(o.leak_sites, 50U);
+  EXPECT_EQ(o.device, device_mode::host);
+  EXPECT_EQ(o.host_capacity, std::size_t{2} << 30);
   EXPECT_TRUE(o.strict);
 }
 
-TEST(options, byte_suffixes) {
-  EXPECT_EQ(gpuguard::parse_options("host_capacity=4G").values.host_capacity, std::size_t{4} << 30);
-  EXPECT_EQ(gpuguard::parse_options("host_capacity=3MiB").values.host_capacity, std::size_t{3} << 20);
-  EXPECT_EQ(gpuguard::parse_options("host_capacity=2T").values.host_capacity, std::size_t{2} << 40);
-  EXPECT_EQ(gpuguard::parse_options("host_capacity=0").values.host_capacity, 0U);
+TEST(options, to_string_matches_the_spelling) {
+  EXPECT_STREQ(gpuguard::to_string(stack_mode::off), "off");
+  EXPECT_STREQ(gpuguard::to_string(stack_mode::sampled), "sampled");
+  EXPECT_STREQ(gpuguard::to_string(stack_mode::all), "all");
+  EXPECT_STREQ(gpuguard::to_string(device_mode::automatic), "auto");
+  EXPECT_STREQ(gpuguard::to_string(device_mode::cuda), "cuda");
+  EXPECT_STREQ(gpuguard::to_string(device_mode::async), "async");
+  EXPECT_STREQ(gpuguard::to_string(device_mode::host), "host");
+  for (const auto mode : {stack_mode::off, stack_mode::sampled, stack_mode::all}) {
+    EXPECT_EQ(parse_ok(std::string("stacks=") + gpuguard::to_string(mode)).stacks, mode);
+  }
+  for (const auto mode : {device_mode::automatic, device_mode::cuda, device_mode::async, device_mode::host}) {
+    EXPECT_EQ(parse_ok(std::string("device=") + gpuguard::to_string(mode)).device, mode);
+  }
 }
 
-TEST(options, empty_items_and_stray_separators_are_skipped) {
-  const gpuguard::parsed_options p = gpuguard::parse_options("::stacks=all:::leak_exitcode=3:");
-  EXPECT_TRUE(p.errors.empty());
-  EXPECT_EQ(p.values.stacks, gpuguard::stack_mode::all);
-  EXPECT_EQ(p.values.leak_exitcode, 3);
-}
-
-struct bad_case {
-  const char* text;
-  const char* message;
+// process_options() in a fresh child: what it wrote on stderr and how it ended.
+struct child_result {
+  std::string stderr_text;
+  int status = -1;  // raw waitpid status
+  std::string stacks;
 };
 
-class bad_input : public testing::TestWithParam<bad_case> {};
-
-TEST_P(bad_input, one_message_naming_key_and_value_and_the_rest_still_applies) {
-  const std::string text = std::string(GetParam().text) + ":leak_exitcode=7";
-  const gpuguard::parsed_options p = gpuguard::parse_options(text);
-  ASSERT_EQ(p.errors.size(), 1U) << text;
-  EXPECT_EQ(p.errors[0], GetParam().message);
-  EXPECT_EQ(p.values.leak_exitcode, 7) << "the good item after the bad one still applies";
-  const gpuguard::options defaults;
-  EXPECT_EQ(p.values.stacks, defaults.stacks);
-  EXPECT_EQ(p.values.stack_sample, defaults.stack_sample);
-  EXPECT_EQ(p.values.host_capacity, defaults.host_capacity);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    cases, bad_input,
-    testing::Values(
-        bad_case{"stackz=all", "unknown key 'stackz' (value 'all'); ignored"},
-        bad_case{"verbose", "item 'verbose' has no '='; ignored"},
-        bad_case{"=", "unknown key '' (value ''); ignored"},
-        bad_case{"stacks=all=x", "bad value 'all=x' for key 'stacks': expected one of off, sampled, all; ignored"},
-        bad_case{"stack_sample=many",
-                 "bad value 'many' for key 'stack_sample': expected an integer in 1..1000000; ignored"},
-        bad_case{"stack_sample=0",
-                 "bad value '0' for key 'stack_sample': expected an integer in 1..1000000; ignored"},
-        bad_case{"stack_sample=99999999999999999999",
-                 "bad value '99999999999999999999' for key 'stack_sample': expected an integer in 1..1000000; ignored"},
-        bad_case{"leak_exitcode=-1", "bad value '-1' for key 'leak_exitcode': expected an integer in 0..255; ignored"},
-        bad_case{"leak_exitcode=256", "bad value '256' for key 'leak_exitcode': expected an integer in 0..255; ignored"},
-        bad_case{"device=gpu", "bad value 'gpu' for key 'device': expected one of auto, cuda, async, host; ignored"},
-        bad_case{"abort_on_error=maybe",
-                 "bad value 'maybe' for key 'abort_on_error': expected one of 0, 1, true, false, yes, no; ignored"},
-        bad_case{"host_capacity=17179869184G",
-                 "bad value '17179869184G' for key 'host_capacity': expected a byte count (digits, then optionally "
-                 "K, M, G, T, KiB, MiB, GiB or TiB) of at most 18446744073709551615; ignored"},
-        bad_case{"st\xc3\xa4" "cks=all", "unknown key 'st\\xc3\\xa4cks' (value 'all'); ignored"},
-        bad_case{"stacks=a\x01", "bad value 'a\\x01' for key 'stacks': expected one of off, sampled, all; ignored"}));
-
-TEST(options, a_rejected_item_keeps_the_base_value) {
-  gpuguard::options base;
-  base.stack_sample = 9;
-  const gpuguard::parsed_options p = gpuguard::parse_options("stack_sample=x", base);
-  EXPECT_EQ(p.values.stack_sample, 9U);
-}
-
-TEST(options, last_valid_duplicate_wins) {
-  EXPECT_EQ(gpuguard::parse_options("stacks=all:stacks=sampled").values.stacks, gpuguard::stack_mode::sampled);
-  const gpuguard::parsed_options p = gpuguard::parse_options("stacks=all:stacks=bogus");
-  EXPECT_EQ(p.values.stacks, gpuguard::stack_mode::all);
-  EXPECT_EQ(p.errors.size(), 1U);
-}
-
-TEST(options, spellings) {
-  EXPECT_STREQ(gpuguard::to_string(gpuguard::device_mode::automatic), "auto");
-  EXPECT_STREQ(gpuguard::to_string(gpuguard::stack_mode::sampled), "sampled");
-}
-
-/// Runs process_options() in a child with GPUGUARD_OPTIONS=`value`: its stderr and exit status.
-std::pair<std::string, int> child_process_options(const char* value) {
-  int pipe_fds[2];
-  EXPECT_EQ(::pipe(pipe_fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(pipe_fds[1], 2);
-    ::close(pipe_fds[0]);
-    ::setenv("GPUGUARD_OPTIONS", value, 1);
-    static_cast<void>(gpuguard::process_options());
-    ::_exit(0);
+child_result run_process_options(const char* env_value) {
+  int err_pipe[2];
+  int out_pipe[2];
+  if (pipe(err_pipe) != 0 || pipe(out_pipe) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return {};
   }
-  ::close(pipe_fds[1]);
-  std::string err;
-  char buffer[256];
-  ssize_t n = 0;
-  while ((n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0) { err.append(buffer, static_cast<std::size_t>(n)); }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return {err, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return {};
+  }
+  if (pid == 0) {
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    close(out_pipe[0]);
+    if (env_value == nullptr) {
+      unsetenv("GPUGUARD_OPTIONS");
+    } else {
+      setenv("GPUGUARD_OPTIONS", env_value, 1);
+    }
+    const gpuguard::options& first = gpuguard::process_options();
+    // Parsed once: a later change to the environment is not seen.
+    setenv("GPUGUARD_OPTIONS", "stacks=sampled", 1);
+    const gpuguard::options& second = gpuguard::process_options();
+    const char* const report = &first == &second ? gpuguard::to_string(second.stacks) : "not-the-same-object";
+    const ssize_t written = write(out_pipe[1], report, std::string_view(report).size());
+    _exit(written < 0 ? 3 : 0);
+  }
+  close(err_pipe[1]);
+  close(out_pipe[1]);
+  const auto read_all = [](int fd) {
+    std::string text;
+    char buffer[512];
+    ssize_t n = 0;
+    while ((n = read(fd, buffer, sizeof buffer)) > 0) { text.append(buffer, static_cast<std::size_t>(n)); }
+    close(fd);
+    return text;
+  };
+  child_result result;
+  result.stderr_text = read_all(err_pipe[0]);
+  result.stacks = read_all(out_pipe[0]);
+  waitpid(pid, &result.status, 0);
+  return result;
 }
 
-TEST(process_options, bad_key_is_one_line_and_the_program_goes_on) {
-  const auto [err, status] = child_process_options("stacks=all:nonsense=1");
-  EXPECT_EQ(err, "gpuguard: GPUGUARD_OPTIONS: unknown key 'nonsense' (value '1'); ignored\n");
-  EXPECT_EQ(status, 0);
+TEST(process_options, unset_environment_gives_defaults) {
+  const child_result r = run_process_options(nullptr);
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text, "");
+  EXPECT_EQ(r.stacks, "off");
 }
 
-TEST(process_options, strict_makes_a_bad_key_fatal_with_status_2) {
-  const auto [err, status] = child_process_options("strict=1:nonsense=1");
-  EXPECT_NE(err.find("unknown key 'nonsense'"), std::string::npos) << err;
-  EXPECT_EQ(status, 2);
+TEST(process_options, reads_the_environment_once) {
+  const child_result r = run_process_options("stacks=all");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text, "");
+  EXPECT_EQ(r.stacks, "all");
+}
+
+TEST(process_options, bad_key_prints_one_line_and_continues) {
+  const child_result r = run_process_options("stackz=all:stacks=all");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text, "gpuguard: GPUGUARD_OPTIONS: unknown key 'stackz' (value 'all'); ignored\n");
+  EXPECT_EQ(r.stacks, "all");
+}
+
+TEST(process_options, one_line_per_error) {
+  const child_result r = run_process_options("a:stack_depth=0:st\xc3\xa4" "cks=\x01");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text,
+            "gpuguard: GPUGUARD_OPTIONS: item 'a' has no '='; ignored\n"
+            "gpuguard: GPUGUARD_OPTIONS: bad value '0' for key 'stack_depth': expected an integer in 1..64; ignored\n"
+            "gpuguard: GPUGUARD_OPTIONS: unknown key 'st\\xc3\\xa4cks' (value '\\x01'); ignored\n");
+}
+
+TEST(process_options, strict_with_an_error_exits_with_status_2) {
+  const child_result r = run_process_options("strict=1:stackz=all:stacks=all");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 2);
+  EXPECT_EQ(r.stderr_text,
+            "gpuguard: GPUGUARD_OPTIONS: unknown key 'stackz' (value 'all'); ignored\n"
+            "gpuguard: GPUGUARD_OPTIONS: strict=1, stopping\n");
+  EXPECT_EQ(r.stacks, "");  // process_options() never returned
+}
+
+TEST(process_options, strict_set_after_the_error_is_still_fatal) {
+  const child_result r = run_process_options("stackz=all:strict=yes");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 2);
+}
+
+TEST(process_options, strict_without_errors_is_harmless) {
+  const child_result r = run_process_options("strict=1:stacks=sampled");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text, "");
+  EXPECT_EQ(r.stacks, "sampled");
+}
+
+TEST(process_options, bad_strict_value_is_just_an_error) {
+  const child_result r = run_process_options("strict=maybe:stackz=all");
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(r.stderr_text,
+            "gpuguard: GPUGUARD_OPTIONS: bad value 'maybe' for key 'strict': expected one of 0, 1, true, false, yes, "
+            "no; ignored\n"
+            "gpuguard: GPUGUARD_OPTIONS: unknown key 'stackz' (value 'all'); ignored\n");
 }
 
 }  // namespace
