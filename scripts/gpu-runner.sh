@@ -40,8 +40,8 @@ step build cmake --build "$build" -j "$jobs"
 export GPUGUARD_REQUIRE_GPU=1
 step ctest ctest --test-dir "$build" -j "$jobs" --output-on-failure --output-junit "$out/ctest.xml"
 GPUGUARD_OPTIONS=stacks=all step demo "$build/examples/gpuguard_demo"
-step benchmarks python3 "$root/benchmarks/report.py" "$build/benchmarks/gpuguard_tracking_bench" \
-  --section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
+  --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
 
 gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
 skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
