@@ -22,6 +22,40 @@ std::string format_bytes(std::size_t bytes) {
   return text;
 }
 
+std::string format_signed_bytes(std::int64_t bytes) {
+  const std::uint64_t magnitude =
+      bytes < 0 ? static_cast<std::uint64_t>(-(bytes + 1)) + 1 : static_cast<std::uint64_t>(bytes);
+  return (bytes < 0 ? "-" : "+") + format_bytes(static_cast<std::size_t>(magnitude));
+}
+
+std::string format_duration(std::int64_t ns) {
+  char text[32];
+  const double value = static_cast<double>(ns);
+  if (ns < 1000) {
+    std::snprintf(text, sizeof text, "%lld ns", static_cast<long long>(ns));
+  } else if (ns < 1000000) {
+    std::snprintf(text, sizeof text, "%.1f us", value / 1e3);
+  } else if (ns < 1000000000) {
+    std::snprintf(text, sizeof text, "%.1f ms", value / 1e6);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f s", value / 1e9);
+  }
+  return text;
+}
+
+std::string expand_path(std::string_view path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
 namespace {
 // Length of the valid UTF-8 sequence at s[i], or 0 if there is none.
 std::size_t utf8_length(std::string_view s, std::size_t i) {
@@ -42,9 +76,8 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
 }
 }  // namespace
 
-std::string json_string(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
+void append_json_string(std::string& out, std::string_view text) {
+  out.reserve(out.size() + text.size() + 2);
   out += '"';
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
@@ -77,6 +110,11 @@ std::string json_string(std::string_view text) {
     ++i;
   }
   out += '"';
+}
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  append_json_string(out, text);
   return out;
 }
 

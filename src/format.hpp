@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -11,8 +12,19 @@ namespace gpuguard::detail {
 /// "512 B", "1.5 KiB", "768.0 MiB", "2.00 GiB".
 std::string format_bytes(std::size_t bytes);
 
+/// A signed size with its sign: "+512.0 MiB", "-256 B", "+0 B".
+std::string format_signed_bytes(std::int64_t bytes);
+
+/// A duration people read: "850 ns", "12.3 us", "12.4 ms", "1.23 s".
+std::string format_duration(std::int64_t ns);
+
+/// `path` with every "%p" replaced by the process id (so processes of one job write apart).
+std::string expand_path(std::string_view path);
+
 /// `text` as a JSON string literal, quotes included; bytes that are not valid UTF-8 become U+FFFD.
 std::string json_string(std::string_view text);
+/// Appends what json_string returns, without a temporary.
+void append_json_string(std::string& out, std::string_view text);
 
 /// Writes `data` to `path` through a temporary file in the same directory and a rename, so readers
 /// never see half a file. Returns "" on success, else a message naming the path and the error.

@@ -4,6 +4,7 @@
 // instant, and a small ring of recent frees per shard to tell a double free from a stray pointer.
 #include <gpuguard/ledger.hpp>
 
+#include "ledger_internal.hpp"
 #include "stacks.hpp"
 
 #include <algorithm>
@@ -42,6 +43,7 @@ struct alignas(64) atomic_counters {
   std::atomic<std::size_t> total{0};
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
+  std::atomic<std::size_t> interval_peak{0};  // the writer thread's sampling interval
 
   static void raise_to(std::atomic<std::size_t>& max, std::size_t value) noexcept {
     std::size_t seen = max.load(std::memory_order_relaxed);
@@ -52,6 +54,7 @@ struct alignas(64) atomic_counters {
     const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise_to(peak, now);
     raise_to(phase_peak, now);
+    raise_to(interval_peak, now);
     total.fetch_add(bytes, std::memory_order_relaxed);
     allocations.fetch_add(1, std::memory_order_relaxed);
   }
@@ -100,6 +103,40 @@ tag_table& tags() {
 }
 
 thread_local tag_id this_thread_tag = untagged;
+thread_local detail::thread_memory this_thread_counts;
+
+// ---- per-site totals ----------------------------------------------------------------------------
+
+// A fixed open-addressing table keyed by site id: lock-free, no allocation on the hot path. Sites
+// past its capacity go uncounted (reports say the table is of the top sites only).
+constexpr std::size_t site_table_size = 4096;
+
+struct site_slot {
+  std::atomic<site_id> site{no_site};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> bytes{0};
+};
+
+std::array<site_slot, site_table_size>& site_table() {
+  static auto* table = new std::array<site_slot, site_table_size>();  // lives through exit
+  return *table;
+}
+
+void count_site(site_id site, std::size_t bytes) noexcept {
+  auto& table = site_table();
+  std::size_t i = (std::size_t{site} * 0x9E3779B1U) & (site_table_size - 1);
+  for (std::size_t probe = 0; probe < site_table_size; ++probe, i = (i + 1) & (site_table_size - 1)) {
+    site_slot& slot = table[i];
+    site_id seen = slot.site.load(std::memory_order_acquire);
+    if (seen == no_site && slot.site.compare_exchange_strong(seen, site, std::memory_order_acq_rel)) {
+      seen = site;  // claimed; on failure `seen` is the site that claimed it first
+    }
+    if (seen != site) { continue; }
+    slot.allocations.fetch_add(1, std::memory_order_relaxed);
+    slot.bytes.fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
+}
 
 // ---- the live table -----------------------------------------------------------------------------
 
@@ -159,6 +196,7 @@ struct ledger_state {
   std::atomic<std::uint32_t> stack_depth{16};
   std::atomic<bool> abort_on_error{false};
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::chrono::system_clock::time_point start_wall = std::chrono::system_clock::now();
 
   ledger_state() {
     for (shard& s : shards) { s.slots.resize(initial_capacity); }
@@ -229,16 +267,20 @@ void erase(shard& s, allocation_record* slot) noexcept {
   --s.used;
 }
 
-std::uint32_t this_thread_id() noexcept {
+}  // namespace
+
+std::uint32_t detail::this_thread_id() noexcept {
   thread_local const std::uint32_t id = state().next_thread.fetch_add(1, std::memory_order_relaxed) + 1;
   return id;
 }
 
-std::int64_t now_ns() noexcept {
+std::int64_t detail::now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                               state().start)
       .count();
 }
+
+namespace {
 
 site_id capture_site_now() noexcept {
   std::array<void*, detail::max_stack_depth> frames{};
@@ -340,9 +382,10 @@ void record_allocation(const allocation_event& event) noexcept {
   record.stream = event.stream;
   record.kind = event.kind;
   record.tag = this_thread_tag;
-  record.thread = this_thread_id();
-  record.time_ns = now_ns();
+  record.thread = detail::this_thread_id();
+  record.time_ns = detail::now_ns();
   record.site = maybe_capture_site();
+  if (record.site != no_site) { count_site(record.site, event.bytes); }
 
   const std::uint64_t hash = mix(event.ptr);
   shard& s = shard_for(hash);
@@ -360,6 +403,11 @@ void record_allocation(const allocation_event& event) noexcept {
   }
   st.devices[device_slot_of(record.device)].add(record.bytes);
   st.tag_counters[record.tag].add(record.bytes);
+  detail::thread_memory& mine = this_thread_counts;
+  mine.allocated_bytes += record.bytes;
+  ++mine.allocations;
+  mine.net += static_cast<std::int64_t>(record.bytes);
+  if (mine.net > mine.peak) { mine.peak = mine.net; }
 }
 
 free_result record_free(const void* ptr, std::size_t bytes, int current_device,
@@ -395,6 +443,10 @@ free_result record_free(const void* ptr, std::size_t bytes, int current_device,
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
       st.devices[device_slot_of(slot->device)].remove(slot->bytes);
       st.tag_counters[slot->tag].remove(slot->bytes);
+      detail::thread_memory& mine = this_thread_counts;
+      mine.freed_bytes += slot->bytes;
+      ++mine.frees;
+      mine.net -= static_cast<std::int64_t>(slot->bytes);
       erase(s, slot);
     } else {
       const recent_free* earlier = nullptr;
@@ -532,6 +584,45 @@ std::string tag_name(tag_id tag) {
 
 tag_id current_tag() noexcept { return this_thread_tag; }
 void set_current_tag(tag_id tag) noexcept { this_thread_tag = tag < max_tags ? tag : untagged; }
+
+// ---- for the rest of the core -------------------------------------------------------------------
+
+detail::thread_memory& detail::this_thread_memory() noexcept { return this_thread_counts; }
+
+std::int64_t detail::clock_start_unix_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             state().start_wall.time_since_epoch()).count();
+}
+
+std::vector<int> detail::active_devices() {
+  std::vector<int> devices;
+  const ledger_state& st = state();
+  for (int i = 0; i < device_slots; ++i) {
+    if (st.devices[i].used()) { devices.push_back(i == 0 ? host_device_id : i - 1); }
+  }
+  return devices;
+}
+
+std::size_t detail::take_interval_peak(int device) noexcept {
+  atomic_counters& c = state().devices[device_slot_of(device)];
+  // Start the next interval at the live bytes of now; an allocation racing with this raises it.
+  return c.interval_peak.exchange(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+std::vector<detail::site_total> detail::top_sites(std::size_t count) {
+  std::vector<site_total> all;
+  for (const site_slot& slot : site_table()) {
+    const site_id site = slot.site.load(std::memory_order_acquire);
+    if (site == no_site) { continue; }
+    all.push_back({site, slot.allocations.load(std::memory_order_relaxed),
+                   slot.bytes.load(std::memory_order_relaxed)});
+  }
+  std::sort(all.begin(), all.end(), [](const site_total& a, const site_total& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.site < b.site;
+  });
+  if (all.size() > count) { all.resize(count); }
+  return all;
+}
 
 std::vector<frame_info> resolve_site(site_id site) {
   return detail::resolve_frames(detail::site_frames(site));

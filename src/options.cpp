@@ -151,6 +151,25 @@ struct byte_count_key {
   }
 };
 
+// A decimal fraction in [lo, hi], written as digits with an optional '.' and more digits
+// ("0.8", "1", ".5" is rejected: a leading digit is required).
+template <auto member>
+struct fraction_key {
+  static_assert(std::is_same_v<member_type<member>, double>);
+
+  static bool set(options& o, std::string_view value) {
+    if (value.empty() || value.front() < '0' || value.front() > '9') { return false; }
+    if (value.find_first_not_of("0123456789.") != std::string_view::npos) { return false; }
+    double number = 0;
+    const char* const last = value.data() + value.size();
+    const auto [end, error] = std::from_chars(value.data(), last, number, std::chars_format::fixed);
+    if (error != std::errc() || end != last || number < 0.0 || number > 1.0) { return false; }
+    o.*member = number;
+    return true;
+  }
+  static std::string expected() { return "a decimal number in 0..1 (e.g. 0.8)"; }
+};
+
 struct key_entry {
   std::string_view name;
   bool (*set)(options&, std::string_view);
@@ -176,6 +195,18 @@ constexpr key_entry keys[] = {
     make_key<enum_key<&options::device>>("device", "which memory the tracking resources use"),
     make_key<byte_count_key<&options::host_capacity>>("host_capacity", "bytes available with device=host; 0 = unlimited"),
     make_key<bool_key<&options::strict>>("strict", "a bad key or value ends the process instead of being ignored"),
+    make_key<string_key<&options::text_log>>("text_log", "one line per operation scope: stderr, stdout, off or a path"),
+    make_key<string_key<&options::jsonl_log>>("jsonl_log", "path of the JSONL event log; empty = none"),
+    make_key<string_key<&options::trace_file>>("trace_file", "path of the Chrome trace-event JSON; empty = none"),
+    make_key<string_key<&options::prometheus_file>>("prometheus_file", "path of the Prometheus textfile; empty = none"),
+    make_key<integer_key<&options::prometheus_interval_ms, 100, 3600000>>("prometheus_interval_ms", "how often the Prometheus file is rewritten"),
+    make_key<bool_key<&options::nvtx>>("nvtx", "an NVTX range per operation scope"),
+    make_key<integer_key<&options::sample_ms, 1, 60000>>("sample_ms", "memory sampling period of the writer thread"),
+    make_key<bool_key<&options::op_device_query>>("op_device_query", "cudaMemGetInfo before and after each operation scope"),
+    make_key<fraction_key<&options::alert_fraction>>("alert_fraction", "device-full alert threshold; 0 = off"),
+    make_key<fraction_key<&options::alert_hysteresis>>("alert_hysteresis", "re-arm the alert below threshold minus this"),
+    make_key<byte_count_key<&options::alert_op_growth>>("alert_op_growth", "alert when one scope's net growth passes this many bytes; 0 = off"),
+    make_key<integer_key<&options::queue_capacity, 64, 16777216>>("queue_capacity", "events the output queue holds before it drops"),
 };
 
 // Keys and values come from the environment, so messages must stay one printable line.

@@ -4,9 +4,12 @@
 #include <gpuguard/current_resource.hpp>
 #include <gpuguard/device.hpp>
 #include <gpuguard/host_memory_resource.hpp>
+#include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
 #include "format.hpp"
+#include "outputs_internal.hpp"
+#include "report_json.hpp"
 #include "stacks.hpp"
 
 #include <algorithm>
@@ -42,6 +45,14 @@ tracking_state& tracking() {
 std::atomic<bool> exit_report_done{false};
 
 void exit_handler() { run_exit_report(); }
+
+}  // namespace
+
+void detail::register_exit_report() noexcept {
+  if (!exit_report_done.load(std::memory_order_relaxed)) { static_cast<void>(std::atexit(exit_handler)); }
+}
+
+namespace {
 
 // The resources made here are never freed: buffers hold pointers to them and may free through
 // them at any time, up to and during exit.
@@ -103,9 +114,11 @@ void enable_tracking(const options& opts) {
   if (!st.exit_handler_registered) {
     // Registered after the CUDA runtime initialised (cudaGetDeviceCount above), so it runs first
     // at exit, while device memory can still be inspected and freed.
-    st.exit_handler_registered = std::atexit(exit_handler) == 0;
+    detail::register_exit_report();
+    st.exit_handler_registered = true;
   }
   st.enabled = true;
+  start_outputs(opts);
 }
 
 void disable_tracking() noexcept {
@@ -213,46 +226,20 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
 }
 
 bool write_leak_json(const std::string& path, const leak_report& report, std::string* error) {
-  std::string json = "{\"schema\":\"gpuguard.leaks\",\"version\":1";
-  json += ",\"pid\":" + std::to_string(::getpid());
+  std::string json = "{\"schema\":\"gpuguard.leaks\",\"version\":1,\"pid\":";
+  detail::append_int(json, ::getpid());
   json += ",\"stack_backend\":" + detail::json_string(detail::stack_backend());
-  json += ",\"total_bytes\":" + std::to_string(report.bytes);
-  json += ",\"total_count\":" + std::to_string(report.count);
-  json += ",\"devices\":[";
-  bool first = true;
-  for (const auto& [device, c] : report.devices) {
-    json += first ? "" : ",";
-    first = false;
-    json += "{\"device\":" + std::to_string(device) + ",\"current_bytes\":" + std::to_string(c.current_bytes) +
-            ",\"peak_bytes\":" + std::to_string(c.peak_bytes) + ",\"total_bytes\":" +
-            std::to_string(c.total_bytes) + ",\"allocations\":" + std::to_string(c.allocations) +
-            ",\"frees\":" + std::to_string(c.frees) + "}";
-  }
-  json += "],\"sites\":[";
-  first = true;
-  for (const leak_site& site : report.sites) {
-    json += first ? "" : ",";
-    first = false;
-    json += "{\"site\":" + std::to_string(site.site) + ",\"device\":" + std::to_string(site.device) +
-            ",\"tag\":" + detail::json_string(site.tag) + ",\"bytes\":" + std::to_string(site.bytes) +
-            ",\"count\":" + std::to_string(site.count) + ",\"frames\":[";
-    bool first_frame = true;
-    for (const frame_info& frame : site.frames) {
-      json += first_frame ? "" : ",";
-      first_frame = false;
-      char address[32];
-      std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(frame.address));
-      json += "{\"address\":" + detail::json_string(address) + ",\"function\":" +
-              detail::json_string(frame.function) + ",\"file\":" + detail::json_string(frame.file) +
-              ",\"line\":" + std::to_string(frame.line) + "}";
-    }
-    json += "]}";
-  }
-  const misuse_counts& m = report.misuse;
-  json += "],\"misuse\":{\"unknown_pointer\":" + std::to_string(m.unknown_pointer) +
-          ",\"double_free\":" + std::to_string(m.double_free) +
-          ",\"wrong_size\":" + std::to_string(m.wrong_size) +
-          ",\"wrong_device\":" + std::to_string(m.wrong_device) + "}}\n";
+  json += ",\"total_bytes\":";
+  detail::append_uint(json, report.bytes);
+  json += ",\"total_count\":";
+  detail::append_uint(json, report.count);
+  json += ",\"devices\":";
+  detail::append_device_counters(json, report.devices);
+  json += ",\"sites\":";
+  detail::append_leak_sites(json, report.sites);
+  json += ",\"misuse\":";
+  detail::append_misuse(json, report.misuse);
+  json += "}\n";
   std::string failure = detail::write_file_atomically(path, json);
   if (failure.empty()) { return true; }
   if (error != nullptr) { *error = std::move(failure); }
@@ -262,13 +249,19 @@ bool write_leak_json(const std::string& path, const leak_report& report, std::st
 void run_exit_report() noexcept {
   if (exit_report_done.exchange(true)) { return; }
   try {
-    const options opts = [] {
+    bool enabled = false;
+    const options opts = [&enabled] {
       tracking_state& st = tracking();
       const std::lock_guard<std::mutex> lock(st.mutex);
-      return st.opts;
+      enabled = st.enabled;
+      return enabled ? st.opts : process_options();
     }();
+    // Scopes alone (no tracking) still get their log's end lines, but no leak report on stderr.
+    if (!enabled && !outputs_running()) { return; }
     std::fflush(stdout);  // the program's own output first, then the report
     const leak_report report = collect_leaks(opts.leak_sites);
+    detail::stop_outputs_with("exit", &report);
+    if (!enabled) { return; }
     if (opts.leak_report) { write_leak_text(stderr, report, opts.leak_sites); }
     if (!opts.leak_json.empty()) {
       std::string error;

@@ -43,6 +43,20 @@ struct options {
   device_mode device = device_mode::automatic;  ///< key `device`: auto | cuda | async | host
   std::size_t host_capacity = 0;         ///< key `host_capacity`: bytes for device=host, K/M/G/T suffixes (0 = unlimited)
   bool strict = false;                   ///< key `strict`: a bad key or value is fatal instead of ignored
+
+  // Outputs (docs/outputs.md). Paths may contain %p, replaced by the process id.
+  std::string text_log = "stderr";       ///< key `text_log`: one line per operation: stderr | stdout | off | PATH
+  std::string jsonl_log;                 ///< key `jsonl_log`: JSONL event log path ("" = none)
+  std::string trace_file;                ///< key `trace_file`: Chrome trace-event JSON path ("" = none)
+  std::string prometheus_file;           ///< key `prometheus_file`: Prometheus textfile path ("" = none)
+  std::uint32_t prometheus_interval_ms = 10000;  ///< key `prometheus_interval_ms`: rewrite period (100..3600000)
+  bool nvtx = true;                      ///< key `nvtx`: an NVTX range per operation scope
+  std::uint32_t sample_ms = 50;          ///< key `sample_ms`: memory sampling period of the writer (1..60000)
+  bool op_device_query = false;          ///< key `op_device_query`: cudaMemGetInfo before and after each scope
+  double alert_fraction = 0.8;           ///< key `alert_fraction`: device-full alert threshold (0 = off, else 0..1)
+  double alert_hysteresis = 0.05;        ///< key `alert_hysteresis`: re-arm below threshold minus this (0..1)
+  std::size_t alert_op_growth = 0;       ///< key `alert_op_growth`: alert when one scope's net growth passes this (0 = off)
+  std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..16777216)
 };
 
 /// What `parse_options` made of a string: the options, and one message per rejected item.

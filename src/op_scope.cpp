@@ -1,0 +1,98 @@
+// Operation scopes: deltas of the calling thread's ledger counters between entry and exit.
+//
+// Peaks nest through one per-thread watermark: entering a scope saves the watermark and lowers it
+// to the thread's net bytes of now; the ledger raises it as memory is allocated; leaving reads it
+// (the peak above the scope's start) and puts back the larger of it and the saved value, so the
+// enclosing scope's peak still covers what happened inside.
+#include <gpuguard/op_scope.hpp>
+
+#include "ledger_internal.hpp"
+#include "outputs_internal.hpp"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+namespace gpuguard {
+
+namespace {
+
+thread_local op_scope* innermost_scope = nullptr;
+
+// Device-wide used bytes of the current device; false if CUDA cannot say.
+bool device_used(int& device, std::size_t& used) noexcept {
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  used = total - free_bytes;
+  return true;
+}
+
+}  // namespace
+
+op_scope::op_scope(std::string_view name) noexcept {
+  const unsigned flags = detail::scope_flags();
+  const std::size_t length = std::min(name.size(), op_result::max_name);
+  std::memcpy(result_.name, name.data(), length);
+  result_.name[length] = '\0';
+
+  detail::thread_memory& counts = detail::this_thread_memory();
+  allocated_at_start_ = counts.allocated_bytes;
+  freed_at_start_ = counts.freed_bytes;
+  allocs_at_start_ = counts.allocations;
+  frees_at_start_ = counts.frees;
+  net_at_start_ = counts.net;
+  parent_peak_ = counts.peak;
+  counts.peak = counts.net;
+
+  parent_ = innermost_scope;
+  innermost_scope = this;
+  result_.depth = parent_ == nullptr ? 0 : static_cast<std::uint16_t>(parent_->result_.depth + 1);
+  result_.thread = detail::this_thread_id();
+  uncaught_at_start_ = std::uncaught_exceptions();
+  if ((flags & detail::scope_device_query) != 0) {
+    result_.device_queried = device_used(result_.device, result_.used_before);
+  }
+  if ((flags & detail::scope_nvtx) != 0) {
+    nvtxRangePushA(result_.name);
+    nvtx_ = true;
+  }
+  result_.start_ns = detail::now_ns();  // last: the setup above is not the operation's time
+}
+
+op_scope::~op_scope() { static_cast<void>(end()); }
+
+const op_result& op_scope::end() noexcept {
+  if (ended_) { return result_; }
+  ended_ = true;
+  result_.duration_ns = detail::now_ns() - result_.start_ns;
+  detail::thread_memory& counts = detail::this_thread_memory();
+  result_.alloc_bytes = counts.allocated_bytes - allocated_at_start_;
+  result_.free_bytes = counts.freed_bytes - freed_at_start_;
+  result_.allocs = counts.allocations - allocs_at_start_;
+  result_.frees = counts.frees - frees_at_start_;
+  result_.net_bytes = counts.net - net_at_start_;
+  result_.peak_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(counts.peak - net_at_start_, 0));
+  counts.peak = std::max(parent_peak_, counts.peak);
+  result_.exception = std::uncaught_exceptions() > uncaught_at_start_;
+  if (result_.device_queried) {
+    int device = result_.device;
+    int current = device;
+    // Query the device of the entry even if the operation switched devices.
+    const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device &&
+                          cudaSetDevice(device) == cudaSuccess;
+    result_.device_queried = device_used(device, result_.used_after);
+    if (switched) { static_cast<void>(cudaSetDevice(current)); }
+  }
+  if (nvtx_) { nvtxRangePop(); }
+  if (innermost_scope == this) { innermost_scope = parent_; }
+  detail::submit(result_);
+  return result_;
+}
+
+}  // namespace gpuguard

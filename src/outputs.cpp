@@ -1,0 +1,581 @@
+// The outputs: one bounded queue, one writer thread, the sinks, memory sampling and alerts.
+//
+// Producers (operation scopes) only copy their result into the queue: no lock, no I/O, no heap
+// allocation; a full queue drops the event and counts it. The writer wakes every `sample_ms` (or
+// when the queue is a quarter full), drains the queue into the sinks, samples each device's memory,
+// evaluates the alerts and writes out. Stopping drains what is left and writes the end lines.
+#include <gpuguard/outputs.hpp>
+
+#include <gpuguard/device.hpp>
+
+#include "alert_gate.hpp"
+#include "event_queue.hpp"
+#include "format.hpp"
+#include "ledger_internal.hpp"
+#include "outputs_internal.hpp"
+#include "sinks.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace gpuguard {
+
+const char* to_string(alert_kind kind) noexcept {
+  switch (kind) {
+    case alert_kind::device_full: return "device_full";
+    case alert_kind::device_recovered: return "device_recovered";
+    case alert_kind::op_growth: return "op_growth";
+  }
+  return "alert";
+}
+
+namespace {
+
+using detail::queued_op;
+using queue_type = detail::event_queue<queued_op>;
+
+constexpr std::int64_t ms = 1000000;
+
+struct device_track {
+  bool announced = false;
+  bool queryable = false;
+  std::size_t total_bytes = 0;  // from the device, or host_capacity for host memory
+  bool have_last = false;
+  detail::mem_sample last;
+  detail::alert_gate gate;
+};
+
+struct op_alert_state {
+  detail::alert_gate gate;
+};
+
+struct output_state {
+  std::mutex control;  // start and stop
+  std::atomic<queue_type*> queue{nullptr};
+  queue_type* spare = nullptr;  // never freed: a producer may still hold a pointer to it
+  std::thread* writer = nullptr;
+  std::atomic<unsigned> flags{0};
+  std::atomic<bool> ever_started{false};
+  std::size_t wake_mask = 0;
+
+  std::mutex wake_mutex;
+  std::condition_variable wake;
+  std::condition_variable flushed;
+  bool stop_requested = false;       // under wake_mutex
+  std::size_t flush_target = 0;      // under wake_mutex: pushes the latest flush waits for
+  std::size_t flushed_through = 0;   // under wake_mutex
+
+  std::size_t queued_base = 0;  // the queue's pushes when the outputs started
+  std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint64_t> written{0};
+  std::atomic<std::uint64_t> sink_failures{0};
+  std::atomic<std::uint64_t> alerts{0};
+
+  std::mutex callback_mutex;
+  alert_callback callback;
+  bool callback_failure_reported = false;
+
+  // The writer's own (and, once it has been joined, the stopping thread's).
+  options opts;
+  std::vector<std::unique_ptr<detail::sink>> sinks;
+  bool alerts_to_stderr = false;  // text_log=off: alert lines still reach a person
+  detail::run_totals totals;
+  std::unordered_map<std::string, std::size_t> op_index;
+  std::unordered_map<std::string, op_alert_state> op_alerts;
+  std::unordered_map<int, device_track> tracks;
+  std::unordered_set<std::uint32_t> threads_seen;
+  std::uint64_t dropped_reported = 0;
+  int cuda_devices = -1;  // -1: not asked yet
+};
+
+output_state& state() {
+  static auto* s = new output_state();  // lives through exit: scopes in static destructors use it
+  return *s;
+}
+
+void report_sink_failure(const std::string& message) {
+  state().sink_failures.fetch_add(1, std::memory_order_relaxed);
+  const std::string line = "[gpuguard] " + message + "\n";
+  std::fputs(line.c_str(), stderr);
+}
+
+// ---- the writer's work --------------------------------------------------------------------------
+
+template <class F>
+void each_sink(output_state& st, F&& f) {
+  for (auto& s : st.sinks) { f(*s); }
+}
+
+void deliver_alert(output_state& st, alert fired) {
+  st.alerts.fetch_add(1, std::memory_order_relaxed);
+  ++st.totals.alerts[static_cast<int>(fired.kind)];
+  each_sink(st, [&](detail::sink& s) { s.alert(fired); });
+  if (st.alerts_to_stderr) {
+    const std::string line = fired.message + "\n";
+    std::fputs(line.c_str(), stderr);
+  }
+  alert_callback callback;
+  {
+    const std::lock_guard<std::mutex> lock(st.callback_mutex);
+    callback = st.callback;
+  }
+  if (!callback) { return; }
+  try {
+    callback(fired);
+  } catch (...) {
+    st.sink_failures.fetch_add(1, std::memory_order_relaxed);
+    const std::lock_guard<std::mutex> lock(st.callback_mutex);
+    if (!st.callback_failure_reported) {
+      st.callback_failure_reported = true;
+      std::fputs("[gpuguard] the alert callback threw; it is still called for later alerts\n", stderr);
+    }
+  }
+}
+
+std::string where(int device) {
+  return device == host_device_id ? std::string("host memory") : "device " + std::to_string(device);
+}
+
+void check_device_alert(output_state& st, int device, device_track& track, std::size_t used,
+                        std::size_t total, std::int64_t now) {
+  if (st.opts.alert_fraction <= 0.0 || total == 0) { return; }
+  const double fraction = static_cast<double>(used) / static_cast<double>(total);
+  const double threshold = st.opts.alert_fraction;
+  const auto change = track.gate.update(fraction, threshold, threshold - st.opts.alert_hysteresis);
+  if (change == detail::alert_gate::change::none) { return; }
+  alert fired;
+  fired.kind = change == detail::alert_gate::change::fired ? alert_kind::device_full
+                                                           : alert_kind::device_recovered;
+  fired.time_ns = now;
+  fired.device = device;
+  fired.fraction = fraction;
+  fired.threshold = threshold;
+  fired.used_bytes = used;
+  fired.total_bytes = total;
+  fired.suppressed = track.gate.take_held_back();
+  char text[256];
+  if (fired.kind == alert_kind::device_full) {
+    std::snprintf(text, sizeof text, "[gpuguard] ALERT: %s is %.1f%% full: %s of %s used (alert_fraction=%.2f)",
+                  where(device).c_str(), fraction * 100.0, detail::format_bytes(used).c_str(),
+                  detail::format_bytes(total).c_str(), threshold);
+  } else {
+    std::snprintf(text, sizeof text, "[gpuguard] %s is back to %.1f%% used: %s of %s (alert re-armed)",
+                  where(device).c_str(), fraction * 100.0, detail::format_bytes(used).c_str(),
+                  detail::format_bytes(total).c_str());
+  }
+  fired.message = text;
+  if (fired.suppressed != 0) {
+    fired.message += " (" + std::to_string(fired.suppressed) + " more crossings held back)";
+  }
+  deliver_alert(st, std::move(fired));
+}
+
+void check_op_alert(output_state& st, const op_result& op) {
+  const std::size_t limit = st.opts.alert_op_growth;
+  if (limit == 0) { return; }
+  op_alert_state& s = st.op_alerts[std::string(op.name_view())];
+  const double value = static_cast<double>(op.net_bytes);
+  const double threshold = static_cast<double>(limit) + 0.5;  // "passes": strictly more than the limit
+  const auto change = s.gate.update(value, threshold, static_cast<double>(limit) * (1.0 - st.opts.alert_hysteresis));
+  if (change != detail::alert_gate::change::fired) { return; }
+  alert fired;
+  fired.kind = alert_kind::op_growth;
+  fired.time_ns = op.start_ns + op.duration_ns;
+  fired.op = op.name_view();
+  fired.thread = op.thread;
+  fired.net_bytes = op.net_bytes;
+  fired.limit_bytes = limit;
+  fired.suppressed = s.gate.take_held_back();
+  fired.message = "[gpuguard] ALERT: operation '" + fired.op + "' on thread " + std::to_string(op.thread) +
+                  " left " + detail::format_signed_bytes(op.net_bytes) + " behind (alert_op_growth=" +
+                  detail::format_bytes(limit) + ")";
+  if (fired.suppressed != 0) {
+    fired.message += " (" + std::to_string(fired.suppressed) + " more held back)";
+  }
+  deliver_alert(st, std::move(fired));
+}
+
+void handle(output_state& st, const queued_op& item) {
+  const op_result& op = item.op;
+  if (st.threads_seen.insert(op.thread).second) {
+    const detail::thread_info info{op.thread, item.tid, item.thread_name};
+    each_sink(st, [&](detail::sink& s) { s.thread(info, op.start_ns); });
+  }
+  each_sink(st, [&](detail::sink& s) { s.op(op); });
+  const std::string name(op.name_view());
+  auto [it, inserted] = st.op_index.try_emplace(name, st.totals.ops.size());
+  if (inserted) { st.totals.ops.emplace_back(name, detail::op_totals{}); }
+  detail::op_totals& t = st.totals.ops[it->second].second;
+  ++t.calls;
+  t.alloc_bytes += op.alloc_bytes;
+  t.free_bytes += op.free_bytes;
+  t.max_peak_bytes = std::max(t.max_peak_bytes, op.peak_bytes);
+  t.last_net_bytes = op.net_bytes;
+  t.duration_ns += op.duration_ns;
+  t.exceptions += op.exception ? 1 : 0;
+  check_op_alert(st, op);
+  st.written.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool cuda_device_usable(output_state& st, int device) {
+  if (device < 0) { return false; }
+  if (st.cuda_devices < 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      count = 0;
+    }
+    st.cuda_devices = count;
+    // This thread may be what initialised the CUDA runtime: register the exit report again so
+    // that it runs before the runtime's teardown.
+    if (count > 0) { detail::register_exit_report(); }
+  }
+  return device < st.cuda_devices;
+}
+
+void announce(output_state& st, int device, device_track& track, std::int64_t now) {
+  detail::device_info info;
+  info.device = device;
+  if (device == host_device_id) {
+    track.total_bytes = st.opts.host_capacity;
+  } else if (cuda_device_usable(st, device)) {
+    cudaDeviceProp prop{};
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess && cudaSetDevice(device) == cudaSuccess &&
+        cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+      info.name = prop.name;
+      track.total_bytes = total;
+      track.queryable = true;
+    } else {
+      static_cast<void>(cudaGetLastError());
+    }
+  }
+  info.total_bytes = track.total_bytes;
+  track.announced = true;
+  each_sink(st, [&](detail::sink& s) { s.device(info, now); });
+}
+
+// One memory sample of every device the ledger has seen. The last one (at stop) asks no device:
+// the CUDA runtime may be going away.
+void sample(output_state& st, bool last) {
+  const std::int64_t now = detail::now_ns();
+  for (const int device : detail::active_devices()) {
+    device_track& track = st.tracks[device];
+    if (!track.announced) { announce(st, device, track, now); }
+    const counters c = device_counters(device);
+    detail::mem_sample s;
+    s.time_ns = now;
+    s.device = device;
+    s.live_bytes = c.current_bytes;
+    s.interval_peak_bytes = std::max(detail::take_interval_peak(device), c.current_bytes);
+    s.allocations = c.allocations;
+    s.frees = c.frees;
+    if (track.queryable && !last) {
+      std::size_t free_bytes = 0;
+      std::size_t total = 0;
+      if (cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+        s.queried = true;
+        s.used_bytes = total - free_bytes;
+        s.total_bytes = total;
+      } else {
+        static_cast<void>(cudaGetLastError());
+      }
+    }
+    const detail::mem_sample& prev = track.last;
+    const bool changed = !track.have_last || last || s.live_bytes != prev.live_bytes ||
+                         s.allocations != prev.allocations ||
+                         s.frees != prev.frees ||
+                         (s.queried && (s.used_bytes > prev.used_bytes + (1U << 20) ||
+                                        s.used_bytes + (1U << 20) < prev.used_bytes));
+    if (changed) {
+      each_sink(st, [&](detail::sink& sink) { sink.mem(s); });
+      track.last = s;
+      track.have_last = true;
+      auto found = std::find_if(st.totals.last_samples.begin(), st.totals.last_samples.end(),
+                                [&](const detail::mem_sample& m) { return m.device == device; });
+      if (found == st.totals.last_samples.end()) {
+        st.totals.last_samples.push_back(s);
+      } else {
+        *found = s;
+      }
+    }
+    if (!last) {
+      const std::size_t used = s.queried ? s.used_bytes : s.live_bytes;
+      check_device_alert(st, device, track, used, s.queried ? s.total_bytes : track.total_bytes, now);
+    }
+  }
+}
+
+void report_drops(output_state& st) {
+  const std::uint64_t total = st.dropped.load(std::memory_order_relaxed);
+  if (total == st.dropped_reported) { return; }
+  const std::uint64_t count = total - st.dropped_reported;
+  st.dropped_reported = total;
+  st.totals.dropped = total;
+  const std::int64_t now = detail::now_ns();
+  each_sink(st, [&](detail::sink& s) { s.dropped(count, total, now); });
+}
+
+void drain(output_state& st, queue_type& queue) {
+  queued_op item;
+  while (queue.try_pop(item)) { handle(st, item); }
+}
+
+void writer_main(output_state& st, queue_type& queue) {
+  const std::int64_t sample_ns = static_cast<std::int64_t>(st.opts.sample_ms) * ms;
+  std::int64_t next_sample = 0;
+  for (;;) {
+    drain(st, queue);
+    std::int64_t now = detail::now_ns();
+    if (now >= next_sample) {
+      sample(st, false);
+      now = detail::now_ns();
+      next_sample = now + sample_ns;
+    }
+    report_drops(st);
+    each_sink(st, [&](detail::sink& s) {
+      s.tick(now, st.totals);
+      s.flush();
+    });
+    std::unique_lock<std::mutex> lock(st.wake_mutex);
+    const std::size_t consumed = queue.consumed();
+    if (st.flushed_through < consumed) {
+      st.flushed_through = consumed;
+      st.flushed.notify_all();
+    }
+    if (st.stop_requested) { break; }
+    // A flush waits for pushes that are claimed but not yet written: look again soon.
+    const bool flush_pending = st.flush_target > consumed;
+    const std::int64_t wait_ns = flush_pending ? ms / 4 : std::min<std::int64_t>(next_sample - now, 100 * ms);
+    st.wake.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(wait_ns, 0)));
+  }
+  drain(st, queue);
+  report_drops(st);
+}
+
+std::unique_ptr<detail::sink> open_sink(const char* key, const std::string& value,
+                                        std::unique_ptr<detail::sink> (*make)(const std::string&, detail::failure_reporter, std::string*)) {
+  std::string error;
+  std::unique_ptr<detail::sink> made = make(detail::expand_path(value), report_sink_failure, &error);
+  if (made == nullptr) {
+    const std::string line = "[gpuguard] " + error + "; " + key + " is off\n";
+    std::fputs(line.c_str(), stderr);
+  }
+  return made;
+}
+
+void stop_locked(output_state& st, const char* reason, const leak_report* leaks) noexcept {
+  if (st.writer == nullptr) { return; }
+  queue_type* queue = st.queue.exchange(nullptr, std::memory_order_acq_rel);
+  st.flags.store(0, std::memory_order_release);
+  {
+    const std::lock_guard<std::mutex> lock(st.wake_mutex);
+    st.stop_requested = true;
+  }
+  st.wake.notify_all();
+  st.writer->join();
+  delete st.writer;
+  st.writer = nullptr;
+  try {
+    // The writer is gone: this thread owns the sinks now.
+    if (queue != nullptr) { drain(st, *queue); }
+    report_drops(st);
+    sample(st, true);
+    detail::end_info last;
+    last.time_ns = detail::now_ns();
+    last.reason = reason;
+    last.dropped = st.dropped.load(std::memory_order_relaxed);
+    last.ledger = snapshot(false);
+    last.leaks = leaks;
+    last.stacks_on = st.opts.stacks != stack_mode::off;
+    last.sites_sampled = st.opts.stacks == stack_mode::sampled;
+    if (last.stacks_on) {
+      for (const detail::site_total& t : detail::top_sites(20)) {
+        last.sites.push_back({t, resolve_site(t.site)});
+      }
+    }
+    each_sink(st, [&](detail::sink& s) {
+      s.finish(last, st.totals);
+      s.flush();
+    });
+  } catch (...) {
+    std::fputs("[gpuguard] writing the end of the outputs failed (out of memory?)\n", stderr);
+  }
+  st.sinks.clear();
+  {
+    const std::lock_guard<std::mutex> lock(st.wake_mutex);
+    st.flushed_through = st.flush_target;  // nothing more will come: release any waiter
+  }
+  st.flushed.notify_all();
+}
+
+}  // namespace
+
+// ---- public -------------------------------------------------------------------------------------
+
+void start_outputs(const options& opts) noexcept {
+  output_state& st = state();
+  const std::lock_guard<std::mutex> control(st.control);
+  st.ever_started.store(true, std::memory_order_relaxed);
+  stop_locked(st, "restart", nullptr);
+  try {
+    st.opts = opts;
+    st.sinks.clear();
+    st.alerts_to_stderr = opts.text_log == "off" || opts.text_log.empty();
+    if (!st.alerts_to_stderr) {
+      if (auto s = open_sink("text_log", opts.text_log, detail::make_text_sink)) { st.sinks.push_back(std::move(s)); }
+    }
+    if (!opts.jsonl_log.empty()) {
+      if (auto s = open_sink("jsonl_log", opts.jsonl_log, detail::make_jsonl_sink)) { st.sinks.push_back(std::move(s)); }
+    }
+    if (!opts.trace_file.empty()) {
+      if (auto s = open_sink("trace_file", opts.trace_file, detail::make_trace_sink)) { st.sinks.push_back(std::move(s)); }
+    }
+    if (!opts.prometheus_file.empty()) {
+      std::string error;
+      auto s = detail::make_prometheus_sink(detail::expand_path(opts.prometheus_file),
+                                            static_cast<std::int64_t>(opts.prometheus_interval_ms) * ms,
+                                            report_sink_failure, &error);
+      if (s != nullptr) {
+        st.sinks.push_back(std::move(s));
+      } else {
+        const std::string line = "[gpuguard] " + error + "; prometheus_file is off\n";
+        std::fputs(line.c_str(), stderr);
+      }
+    }
+
+    if (st.spare == nullptr || st.spare->capacity() < opts.queue_capacity) {
+      st.spare = new queue_type(opts.queue_capacity);  // NOLINT: never freed, see output_state
+    } else {
+      queued_op stale;
+      while (st.spare->try_pop(stale)) {}  // events that raced with the last stop
+    }
+    st.wake_mask = std::max<std::size_t>(st.spare->capacity() / 4, 1) - 1;
+    st.totals = {};
+    st.op_index.clear();
+    st.op_alerts.clear();
+    st.tracks.clear();
+    st.threads_seen.clear();
+    st.dropped_reported = 0;
+    st.queued_base = st.spare->claimed();
+    st.dropped.store(0, std::memory_order_relaxed);
+    st.written.store(0, std::memory_order_relaxed);
+    st.sink_failures.store(0, std::memory_order_relaxed);
+    st.alerts.store(0, std::memory_order_relaxed);
+    {
+      const std::lock_guard<std::mutex> lock(st.wake_mutex);
+      st.stop_requested = false;
+      st.flush_target = st.spare->consumed();
+      st.flushed_through = st.flush_target;
+    }
+    queue_type* queue = st.spare;
+    st.writer = new std::thread([&st, queue] { writer_main(st, *queue); });
+    unsigned flags = detail::scope_outputs_running;
+    flags |= opts.nvtx ? detail::scope_nvtx : 0U;
+    flags |= opts.op_device_query ? detail::scope_device_query : 0U;
+    st.queue.store(queue, std::memory_order_release);
+    st.flags.store(flags, std::memory_order_release);
+    detail::register_exit_report();
+  } catch (const std::exception& error) {
+    st.sinks.clear();
+    const std::string line = std::string("[gpuguard] the outputs could not start: ") + error.what() + "\n";
+    std::fputs(line.c_str(), stderr);
+  }
+}
+
+bool outputs_running() noexcept {
+  return (state().flags.load(std::memory_order_acquire) & detail::scope_outputs_running) != 0;
+}
+
+void set_alert_callback(alert_callback callback) {
+  output_state& st = state();
+  const std::lock_guard<std::mutex> lock(st.callback_mutex);
+  st.callback = std::move(callback);
+}
+
+bool flush_outputs(std::chrono::milliseconds timeout) noexcept {
+  output_state& st = state();
+  queue_type* queue = st.queue.load(std::memory_order_acquire);
+  if (queue == nullptr) { return false; }
+  const std::size_t target = queue->claimed();
+  std::unique_lock<std::mutex> lock(st.wake_mutex);
+  st.flush_target = std::max(st.flush_target, target);
+  st.wake.notify_all();
+  // The writer moves flushed_through only after it has flushed the sinks.
+  const bool done = st.flushed.wait_for(lock, timeout, [&] { return st.flushed_through >= target; });
+  return done && outputs_running();
+}
+
+void stop_outputs(const char* reason) noexcept {
+  output_state& st = state();
+  const std::lock_guard<std::mutex> control(st.control);
+  if (st.writer == nullptr) { return; }
+  try {
+    const leak_report leaks = collect_leaks(20);
+    stop_locked(st, reason, &leaks);
+  } catch (...) {
+    stop_locked(st, reason, nullptr);
+  }
+}
+
+output_stats output_statistics() noexcept {
+  output_state& st = state();
+  output_stats s;
+  if (const queue_type* queue = st.queue.load(std::memory_order_acquire)) {
+    s.queued = queue->claimed() - st.queued_base;
+  }
+  s.dropped = st.dropped.load(std::memory_order_relaxed);
+  s.written = st.written.load(std::memory_order_relaxed);
+  s.sink_failures = st.sink_failures.load(std::memory_order_relaxed);
+  s.alerts = st.alerts.load(std::memory_order_relaxed);
+  return s;
+}
+
+// ---- for scopes and the exit report -------------------------------------------------------------
+
+unsigned detail::scope_flags() noexcept {
+  output_state& st = state();
+  const unsigned flags = st.flags.load(std::memory_order_acquire);
+  if (flags != 0 || st.ever_started.load(std::memory_order_relaxed)) { return flags; }
+  if (!st.ever_started.exchange(true)) { start_outputs(process_options()); }
+  return st.flags.load(std::memory_order_acquire);
+}
+
+void detail::submit(const op_result& op) noexcept {
+  output_state& st = state();
+  queue_type* queue = st.queue.load(std::memory_order_acquire);
+  if (queue == nullptr) { return; }
+  thread_local const auto tid = static_cast<std::int32_t>(::syscall(SYS_gettid));
+  thread_local bool named = false;  // set once this thread's name has been queued
+  queued_op item{op, tid, {}};
+  if (!named) { ::pthread_getname_np(::pthread_self(), item.thread_name, sizeof item.thread_name); }
+  std::size_t position = 0;
+  if (!queue->try_push(item, position)) {
+    st.dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  named = true;
+  if ((position & st.wake_mask) == st.wake_mask) { st.wake.notify_one(); }
+}
+
+void detail::stop_outputs_with(const char* reason, const leak_report* leaks) noexcept {
+  output_state& st = state();
+  const std::lock_guard<std::mutex> control(st.control);
+  stop_locked(st, reason, leaks);
+}
+
+}  // namespace gpuguard

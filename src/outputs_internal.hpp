@@ -1,0 +1,31 @@
+// What operation scopes and the exit report need from the outputs. Internal to libgpuguard.
+#pragma once
+
+#include <gpuguard/op_scope.hpp>
+#include <gpuguard/tracking.hpp>
+
+namespace gpuguard::detail {
+
+/// Settings scopes read on every entry, as bits of one word.
+enum scope_flag : unsigned {
+  scope_outputs_running = 1U << 0,
+  scope_nvtx = 1U << 1,
+  scope_device_query = 1U << 2,
+};
+
+/// The current flags. The first call in the process starts the outputs with process_options()
+/// unless something has started (or stopped) them before.
+unsigned scope_flags() noexcept;
+
+/// Queues a finished operation for the writer; drops (and counts) it when the queue is full.
+void submit(const op_result& op) noexcept;
+
+/// stop_outputs with the leak report already collected by the caller (may be nullptr: none).
+void stop_outputs_with(const char* reason, const leak_report* leaks) noexcept;
+
+/// Registers the exit report with atexit (again). Handlers run in reverse order of registration,
+/// so registering after the CUDA runtime initialised makes the report run before its teardown.
+/// Running the report twice does nothing the second time. Defined in tracking.cpp.
+void register_exit_report() noexcept;
+
+}  // namespace gpuguard::detail

@@ -1,0 +1,141 @@
+// A training-like program for the output tests (tests/cpu/outputs_test.py), run as a real child
+// process with GPUGUARD_OPTIONS choosing the outputs. Its first argument picks what it does:
+//   workload  nested scopes on two threads, an exception, an op-growth alert, a device-full alert
+//             and its recovery (host memory with host_capacity), and a planted leak
+//   overflow  blocks the writer in the alert callback, then ends 1000 scopes into a queue of 64
+//   plain     three scopes and nothing else (for failing sinks)
+// Every size is exact so that the test can check the numbers the outputs carry.
+#include <gpuguard/gpuguard.hpp>
+#include <gpuguard/op_scope.hpp>
+#include <gpuguard/outputs.hpp>
+#include <gpuguard/tracking.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t mib = std::size_t{1024} * 1024;
+
+std::vector<gpuguard::device_buffer>& cache() {
+  static std::vector<gpuguard::device_buffer> buffers;
+  return buffers;
+}
+
+void sleep_ms(int n) { std::this_thread::sleep_for(std::chrono::milliseconds(n)); }
+
+// forward: keeps 1 MiB (activations for backward), peaks at 4 MiB.
+void forward(std::vector<gpuguard::device_buffer>& saved) {
+  GPUGUARD_OP("forward");
+  saved.emplace_back(1 * mib);
+  const gpuguard::device_buffer scratch(3 * mib);
+}
+
+// backward: frees what forward kept, peaks at 2 MiB.
+void backward(std::vector<gpuguard::device_buffer>& saved) {
+  GPUGUARD_OP("backward");
+  const gpuguard::device_buffer gradients(2 * mib);
+  saved.clear();
+}
+
+void train_step() {
+  GPUGUARD_OP("train_step");
+  std::vector<gpuguard::device_buffer> saved;
+  saved.reserve(4);  // allocated before the scopes below, in host memory the ledger does not see
+  forward(saved);
+  backward(saved);
+}
+
+void failing_step() {
+  GPUGUARD_OP("failing_step");
+  const gpuguard::device_buffer batch(1 * mib);
+  throw std::runtime_error("loss is NaN");
+}
+
+__attribute__((noinline)) void leaky_eval() {
+  GPUGUARD_OP("leaky_eval");
+  cache().emplace_back(3 * mib);  // LEAK-SITE-EVAL
+}
+
+int workload() {
+  cache().reserve(8);
+  gpuguard::enable_tracking();
+  std::thread loader([] {
+    for (int i = 0; i < 2; ++i) {
+      GPUGUARD_OP("load_batch");
+      const gpuguard::device_buffer batch(std::size_t{512} * 1024);
+    }
+  });
+  loader.join();
+  for (int i = 0; i < 3; ++i) { train_step(); }
+  try {
+    failing_step();
+  } catch (const std::exception& error) {
+    std::printf("ops_child: caught: %s\n", error.what());
+  }
+  leaky_eval();  // passes alert_op_growth=2M
+  {
+    GPUGUARD_OP("fill");  // 40 of host_capacity=64 MiB: past alert_fraction=0.5
+    const gpuguard::device_buffer big(40 * mib);
+    sleep_ms(150);
+  }
+  sleep_ms(150);  // back to 3 MiB: below 0.5 - 0.05, re-armed
+  return 0;
+}
+
+int overflow() {
+  std::atomic<bool> release{false};
+  std::atomic<int> alerts{0};
+  gpuguard::set_alert_callback([&](const gpuguard::alert& fired) {
+    if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
+    alerts.fetch_add(1);
+    while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
+  });
+  gpuguard::enable_tracking();
+  {
+    GPUGUARD_OP("grow");  // passes alert_op_growth=1K: the writer enters the callback
+    cache().emplace_back(4096);
+  }
+  while (alerts.load() == 0) { std::this_thread::yield(); }
+  for (int i = 0; i < 1000; ++i) { GPUGUARD_OP("burst"); }
+  const gpuguard::output_stats during = gpuguard::output_statistics();
+  release.store(true);
+  if (!gpuguard::flush_outputs()) {
+    std::fprintf(stderr, "ops_child: flush timed out\n");
+    return 1;
+  }
+  const gpuguard::output_stats after = gpuguard::output_statistics();
+  std::printf("ops_child: queued %llu dropped %llu written %llu (dropped while blocked %llu)\n",
+              static_cast<unsigned long long>(after.queued), static_cast<unsigned long long>(after.dropped),
+              static_cast<unsigned long long>(after.written),
+              static_cast<unsigned long long>(during.dropped));
+  return 0;
+}
+
+int plain() {
+  gpuguard::enable_tracking();
+  for (int i = 0; i < 3; ++i) {
+    GPUGUARD_OP("plain");
+    const gpuguard::device_buffer b(1024);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const char* mode = argc > 1 ? argv[1] : "workload";
+  if (std::strcmp(mode, "workload") == 0) { return workload(); }
+  if (std::strcmp(mode, "overflow") == 0) { return overflow(); }
+  if (std::strcmp(mode, "plain") == 0) { return plain(); }
+  std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
+  return 2;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "ops_child: %s\n", error.what());
+  return 1;
+}

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Output tests, in real child processes (tests/cpu/ops_child.cpp): every sink's file is read back
+with the ecosystem's own parsers (jsonschema for the JSONL log and the trace events,
+prometheus-client's text parser for the Prometheus file) and its numbers checked against the
+exact sizes the child allocates.
+
+usage: outputs_test.py OPS_CHILD REPO_ROOT
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+CHILD, ROOT = sys.argv[1], sys.argv[2]
+SCHEMAS = os.path.join(ROOT, "docs", "schemas")
+SOURCE = os.path.join(ROOT, "tests", "cpu", "ops_child.cpp")
+MIB = 1024 * 1024
+failures = []
+
+
+def check(condition, what, detail=""):
+    if not condition:
+        failures.append(what + (("\n" + str(detail)) if detail else ""))
+    return condition
+
+
+def run(mode, options, timeout=60):
+    env = dict(os.environ, GPUGUARD_OPTIONS=options)
+    return subprocess.run([CHILD, mode], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def load_schema(name):
+    with open(os.path.join(SCHEMAS, name)) as f:
+        return json.load(f)
+
+
+try:
+    import jsonschema
+except ImportError:  # scripts/deps.sh installs it; without it the structural checks still run
+    jsonschema = None
+    print("note: jsonschema is not installed here; structural checks only")
+
+
+def validate(document, schema, where):
+    if jsonschema is None:
+        return
+    try:
+        jsonschema.validate(document, schema)
+    except jsonschema.ValidationError as error:
+        failures.append("%s does not match its schema: %s" % (where, error.message))
+
+
+def marker_line(marker):
+    with open(SOURCE) as f:
+        for number, line in enumerate(f, 1):
+            if marker in line:
+                return number
+    raise SystemExit("marker %s not in %s" % (marker, SOURCE))
+
+
+# ---- the workload, with every output on ----------------------------------------------------------
+tmp = tempfile.mkdtemp(prefix="gpuguard-outputs-")
+paths = {k: os.path.join(tmp, k) for k in ("events.jsonl", "trace.json", "metrics.prom", "ops.txt")}
+options = ":".join([
+    "device=host", "host_capacity=64M", "stacks=all", "sample_ms=5",
+    "alert_fraction=0.5", "alert_hysteresis=0.05", "alert_op_growth=2M",
+    "jsonl_log=" + paths["events.jsonl"], "trace_file=" + paths["trace.json"],
+    "prometheus_file=" + paths["metrics.prom"], "text_log=" + paths["ops.txt"],
+])
+result = run("workload", options)
+check(result.returncode == 0, "workload exit status %d" % result.returncode, result.stderr)
+
+# JSONL: every line parses and matches the schema; first start, last end.
+events_schema = load_schema("events-v1.schema.json")
+events = []
+with open(paths["events.jsonl"]) as f:
+    for number, line in enumerate(f, 1):
+        try:
+            event = json.loads(line)
+        except ValueError as error:
+            failures.append("events.jsonl:%d is not JSON: %s" % (number, error))
+            continue
+        validate(event, events_schema, "events.jsonl:%d" % number)
+        events.append(event)
+check(events and events[0]["type"] == "start" and events[0]["pid"] > 0, "the log starts with start", events[:1])
+check(events and events[-1]["type"] == "end" and events[-1]["reason"] == "exit", "the log ends with end", events[-1:])
+
+ops = [e for e in events if e["type"] == "op"]
+by_name = {}
+for op in ops:
+    by_name.setdefault(op["name"], []).append(op)
+expected_counts = {"forward": 3, "backward": 3, "train_step": 3, "load_batch": 2, "failing_step": 1,
+                   "leaky_eval": 1, "fill": 1}
+for name, count in expected_counts.items():
+    check(len(by_name.get(name, [])) == count, "%d op lines for %s" % (count, name), len(by_name.get(name, [])))
+for op in by_name.get("forward", []):
+    check((op["alloc_bytes"], op["net_bytes"], op["peak_bytes"], op["allocs"], op["depth"]) ==
+          (4 * MIB, 1 * MIB, 4 * MIB, 2, 1), "forward's figures", op)
+for op in by_name.get("backward", []):
+    check((op["alloc_bytes"], op["free_bytes"], op["net_bytes"], op["peak_bytes"]) ==
+          (2 * MIB, 3 * MIB, -1 * MIB, 2 * MIB), "backward's figures", op)
+for op in by_name.get("train_step", []):
+    # forward's 4 MiB peak, and backward's 2 MiB on top of the 1 MiB forward kept: peak 4 MiB.
+    check((op["alloc_bytes"], op["net_bytes"], op["peak_bytes"], op["depth"], op["exception"]) ==
+          (6 * MIB, 0, 4 * MIB, 0, False), "train_step's figures", op)
+for op in by_name.get("failing_step", []):
+    check(op["exception"] is True and op["alloc_bytes"] == 1 * MIB, "failing_step is marked as ended by an exception", op)
+main_thread = by_name["train_step"][0]["thread"] if by_name.get("train_step") else None
+for op in by_name.get("load_batch", []):
+    check(op["thread"] != main_thread and op["depth"] == 0 and op["peak_bytes"] == 512 * 1024,
+          "load_batch ran on its own thread", op)
+for op in ops:
+    check(op["net_bytes"] == op["alloc_bytes"] - op["free_bytes"], "net = alloc - free", op)
+    check(op["dur"] >= 0, "durations are not negative", op)
+
+threads = {e["thread"]: e for e in events if e["type"] == "thread"}
+check(set(threads) == {op["thread"] for op in ops}, "one thread line per thread that ran scopes", threads)
+first_op_line = {}
+for index, e in enumerate(events):
+    if e["type"] == "op":
+        first_op_line.setdefault(e["thread"], index)
+    if e["type"] == "thread":
+        check(e["thread"] not in first_op_line, "a thread line comes before that thread's ops", e)
+
+alerts = [e for e in events if e["type"] == "alert"]
+kinds = [a["kind"] for a in alerts]
+check(kinds.count("op_growth") == 1, "one op_growth alert", kinds)
+check(kinds.count("device_full") == 1 and kinds.count("device_recovered") == 1,
+      "one device_full and one device_recovered alert", kinds)
+growth = [a for a in alerts if a["kind"] == "op_growth"]
+if growth:
+    check(growth[0]["name"] == "leaky_eval" and growth[0]["net_bytes"] == 3 * MIB and
+          growth[0]["limit_bytes"] == 2 * MIB, "the op_growth alert names leaky_eval", growth[0])
+full = [a for a in alerts if a["kind"] == "device_full"]
+if full:
+    check(full[0]["device"] == -1 and full[0]["total_bytes"] == 64 * MIB and
+          full[0]["used_bytes"] == 43 * MIB and abs(full[0]["fraction"] - 43 / 64) < 1e-3,
+          "the device_full alert has the host figures", full[0])
+
+mems = [e for e in events if e["type"] == "mem"]
+check(mems and all(m["device"] == -1 for m in mems), "memory samples of host memory", mems[:3])
+check(any(m["peak_bytes"] >= 43 * MIB for m in mems), "a sample saw the 43 MiB peak", [m["peak_bytes"] for m in mems])
+check(mems and mems[-1]["live_bytes"] == 3 * MIB, "the last sample shows the 3 MiB leak", mems[-1:])
+devices = [e for e in events if e["type"] == "device"]
+check(len(devices) == 1 and devices[0]["device"] == -1 and devices[0]["total_bytes"] == 64 * MIB,
+      "one device line for host memory", devices)
+
+leaks = [e for e in events if e["type"] == "leaks"]
+leak_line = marker_line("LEAK-SITE-EVAL")
+if check(len(leaks) == 1, "one leaks line", leaks):
+    check(leaks[0]["total_bytes"] == 3 * MIB and leaks[0]["total_count"] == 1, "the leak is 3 MiB", leaks[0])
+    frames = leaks[0]["sites"][0]["frames"] if leaks[0]["sites"] else []
+    check(any(f["file"].endswith("ops_child.cpp") and f["line"] == leak_line for f in frames),
+          "the leak's site names ops_child.cpp:%d" % leak_line, frames[:4])
+sites = [e for e in events if e["type"] == "sites"]
+if check(len(sites) == 1, "one sites line (stacks=all)", sites):
+    top = sites[0]["sites"]
+    check(top and top[0]["bytes"] == 40 * MIB and top[0]["allocs"] == 1, "the largest site is fill's 40 MiB", top[:1])
+    check(sites[0]["sampled"] is False, "stacks=all is not sampled", sites[0])
+end = events[-1]
+host = [d for d in end.get("devices", []) if d["device"] == -1]
+check(host and host[0]["current_bytes"] == 3 * MIB and host[0]["peak_bytes"] == 43 * MIB,
+      "end carries the host counters", host)
+check(end.get("dropped") == 0, "nothing dropped", end)
+
+# Chrome trace: a closed JSON array; each event matches the trace-event schema; slices nest per thread.
+trace_schema = load_schema("trace-event.schema.json")
+with open(paths["trace.json"]) as f:
+    trace = json.load(f)
+check(isinstance(trace, list) and trace, "the trace is a JSON array of events")
+for index, event in enumerate(trace):
+    validate(event, trace_schema, "trace.json event %d" % index)
+slices = [e for e in trace if e["ph"] == "X"]
+check(len(slices) == len(ops), "one slice per op line", (len(slices), len(ops)))
+named_threads = {e["tid"] for e in trace if e["ph"] == "M" and e["name"] == "thread_name"}
+check({e["tid"] for e in slices} <= named_threads, "every slice's thread is named", named_threads)
+check(any(e["ph"] == "M" and e["name"] == "process_name" for e in trace), "the process is named")
+for tid in {e["tid"] for e in slices}:
+    stack = []
+    for e in sorted((e for e in slices if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+        while stack and stack[-1] <= e["ts"]:
+            stack.pop()
+        end_ts = e["ts"] + e["dur"]
+        check(not stack or end_ts <= stack[-1] + 0.001, "slices on thread %d nest" % tid, e)
+        stack.append(end_ts)
+counters = [e for e in trace if e["ph"] == "C"]
+check(counters and all(e["name"] == "host memory live bytes (gpuguard)" for e in counters),
+      "memory counters for host memory", counters[:2])
+check(max((e["args"]["bytes"] for e in counters), default=0) == 43 * MIB, "the counter track reaches 43 MiB")
+check(sum(1 for e in trace if e["ph"] == "i" and e["name"].startswith("alert:")) == 3, "three alert instants")
+
+# Prometheus: parsed by prometheus-client; names and types follow the conventions.
+with open(paths["metrics.prom"]) as f:
+    prom = f.read()
+check(not any(name.startswith("metrics.prom.tmp") for name in os.listdir(tmp)), "no temporary file left behind")
+types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", prom, re.M))
+check(types and all(name.startswith("gpuguard_") for name in types), "every metric is gpuguard_*", types)
+for name, kind in types.items():
+    if kind == "counter":
+        check(name.endswith("_total"), "counter %s ends in _total" % name)
+    else:
+        check(not name.endswith("_total"), "gauge %s does not end in _total" % name)
+    check(re.search(r"(_bytes|_bytes_total|_total|_seconds_total)$", name), "%s carries a unit or _total" % name)
+samples = {}
+for line in prom.splitlines():
+    if line and not line.startswith("#"):
+        key, value = line.rsplit(" ", 1)
+        samples[key] = float(value)
+pid = events[0]["pid"] if events else 0
+def sample(name, **labels):
+    inner = ",".join(['pid="%d"' % pid] + ['%s="%s"' % kv for kv in labels.items()])
+    return samples.get("%s{%s}" % (name, inner))
+check(sample("gpuguard_op_calls_total", op="forward") == 3, "forward was called 3 times", prom)
+check(sample("gpuguard_op_allocated_bytes_total", op="train_step") == 18 * MIB, "train_step allocated 18 MiB")
+check(sample("gpuguard_op_exceptions_total", op="failing_step") == 1, "one exception in failing_step")
+check(sample("gpuguard_live_bytes", device="-1") == 3 * MIB, "3 MiB live at the end")
+check(sample("gpuguard_alerts_total", kind="op_growth") == 1, "one op_growth alert counted")
+check(sample("gpuguard_events_dropped_total") == 0, "no drops counted")
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+    families = {family.name: family for family in text_string_to_metric_families(prom)}
+    check("gpuguard_live_bytes" in families and families["gpuguard_live_bytes"].type == "gauge",
+          "prometheus-client parses the gauge", list(families))
+    check("gpuguard_op_calls" in families and families["gpuguard_op_calls"].type == "counter",
+          "prometheus-client parses the counter family", list(families))
+except ImportError:
+    print("note: prometheus-client is not installed here; its parser did not run")
+
+# Text lines: one per op, in the documented shape, indented by depth.
+with open(paths["ops.txt"]) as f:
+    text = f.read().splitlines()
+line_re = re.compile(r"^\[gpuguard\] ( *)(\S+): ([+-][0-9.]+ (?:B|KiB|MiB|GiB)) \(peak \+([0-9.]+ (?:B|KiB|MiB|GiB)), "
+                     r"(\d+) allocs?(?:, \d+ frees?)?\) [0-9.]+ (?:ns|us|ms|s)( \[exception\])?$")
+op_lines = [m for m in (line_re.match(l) for l in text) if m]
+check(len(op_lines) == len(ops), "one text line per op", "\n".join(text))
+forward_lines = [m for m in op_lines if m.group(2) == "forward"]
+check(forward_lines and forward_lines[0].group(1) == "  " and forward_lines[0].group(3) == "+1.0 MiB" and
+      forward_lines[0].group(4) == "4.0 MiB" and forward_lines[0].group(5) == "2",
+      "forward's line: indented, +1.0 MiB, peak +4.0 MiB, 2 allocs", forward_lines[:1])
+check(any(m.group(2) == "failing_step" and m.group(6) for m in op_lines), "failing_step's line says [exception]")
+check(sum("ALERT" in l for l in text) == 2 and any("re-armed" in l for l in text), "alert lines in the text log", text)
+
+# ---- a full queue drops, counts and reports, and never blocks ------------------------------------
+jsonl = os.path.join(tmp, "overflow.jsonl")
+result = run("overflow", "device=host:queue_capacity=64:alert_op_growth=1K:text_log=off:jsonl_log=" + jsonl)
+check(result.returncode == 0, "overflow exit status", result.stdout + result.stderr)
+check("queued 65 dropped 936 written 65 (dropped while blocked 936)" in result.stdout,
+      "64 of 1000 fit while the writer was blocked, 936 dropped", result.stdout)
+with open(jsonl) as f:
+    overflow_events = [json.loads(l) for l in f]
+dropped = [e for e in overflow_events if e["type"] == "dropped"]
+check(dropped and dropped[-1]["total"] == 936 and sum(e["count"] for e in dropped) == 936, "dropped lines add up", dropped)
+check(overflow_events[-1]["type"] == "end" and overflow_events[-1]["dropped"] == 936, "end reports 936 dropped")
+check(sum(1 for e in overflow_events if e["type"] == "op") == 65, "65 op lines written")
+
+# ---- failing sinks: clear messages, the rest still work, the exit status is kept -----------------
+jsonl = os.path.join(tmp, "plain.jsonl")
+result = run("plain", "device=host:text_log=off:trace_file=/nonexistent-dir/t.json:prometheus_file=/nonexistent-dir/m.prom:jsonl_log=" + jsonl)
+check(result.returncode == 0, "a missing directory does not change the exit status", result.stderr)
+check("[gpuguard] trace_file: cannot open '/nonexistent-dir/t.json': No such file or directory; trace_file is off" in result.stderr,
+      "the unopenable trace file is named", result.stderr)
+with open(jsonl) as f:
+    check(sum(1 for l in f if '"type":"op"' in l) == 3, "the JSONL log still has its 3 ops")
+result = run("plain", "device=host:text_log=off:jsonl_log=/dev/full")
+check(result.returncode == 0, "a full disk does not change the exit status", result.stderr)
+check(result.stderr.count("jsonl_log: cannot write '/dev/full': No space left on device; this output is off from now on") == 1,
+      "a write failure is reported once", result.stderr)
+
+# %p in a path is the process id.
+result = run("plain", "device=host:text_log=off:jsonl_log=" + os.path.join(tmp, "run-%p.jsonl"))
+logs = [n for n in os.listdir(tmp) if re.fullmatch(r"run-\d+\.jsonl", n)]
+check(len(logs) == 1, "%p became the pid", os.listdir(tmp))
+
+if failures:
+    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
+    sys.exit(1)
+shutil.rmtree(tmp)
+print("outputs_test: all checks passed (%d events, %d trace events, %d metric lines)" %
+      (len(events), len(trace), len(samples)))
