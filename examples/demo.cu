@@ -1,12 +1,17 @@
-// gpuguard demo: what the guards and the tracking ledger do for a training job.
+// gpuguard demo: what the guards, the tracking ledger and operation scopes do for a training job.
 //  1. a kernel whose inputs, output, stream and timing events are owned by guards;
-//  2. a step that throws halfway, and the memory it had, all back;
-//  3. a stream-ordered buffer freed on its stream, and the device restored after a scope;
-//  4. a buffer kept alive by a bug (a cache nobody clears), which the leak report at exit names.
-// Tracking is on from the start (GPUGUARD_OPTIONS applies). On a machine without a GPU it says so,
-// tracks host memory instead, and runs steps 2 and 4.
+//  2. a training loop with a scope around each step and its forward, backward and optimizer parts:
+//     one line per operation says what it took, its peak and what it left behind; the evaluation
+//     in step 3 keeps its outputs in a cache nobody clears (the planted leak);
+//  3. a step that throws halfway: its scope is marked, and the memory it had is all back;
+//  4. a stream-ordered buffer freed on its stream, and the device restored after a scope.
+// At exit the leak report names the line of the planted leak. Tracking and the outputs are on from
+// the start (GPUGUARD_OPTIONS applies: scripts/demo.sh adds a JSONL log and renders it as HTML).
+// On a machine without a GPU it says so, tracks host memory instead, and runs steps 2 and 3.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/ledger.hpp>
+#include <gpuguard/op_scope.hpp>
+#include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking.hpp>
 
 #include <cstdio>
@@ -47,10 +52,10 @@ bool kernel_step() {
 }
 
 void failing_step() {
-  GPUGUARD_TAG("train_step");
+  GPUGUARD_OP("failing_step");
   gpuguard::device_buffer activations(512 * mib);
   gpuguard::device_array<float> gradients(64 * mib);
-  std::printf("[demo] 2. mid-step: %zu MiB tracked\n", tracked_bytes() / mib);
+  std::printf("[demo] 3. mid-step: %zu MiB tracked\n", tracked_bytes() / mib);
   throw std::runtime_error("kernel reported NaN loss");
 }
 
@@ -59,10 +64,10 @@ bool exception_step() {
   try {
     failing_step();
   } catch (const std::exception& error) {
-    std::printf("[demo] 2. the step threw \"%s\"\n", error.what());
+    std::printf("[demo] 3. the step threw \"%s\"\n", error.what());
   }
   const std::size_t after = tracked_bytes();
-  std::printf("[demo] 2. tracked before %zu MiB, after the throw %zu MiB: %s\n", before / mib,
+  std::printf("[demo] 3. tracked before %zu MiB, after the throw %zu MiB: %s\n", before / mib,
               after / mib, after == before ? "nothing lost" : "MEMORY LOST");
   return after == before;
 }
@@ -80,28 +85,57 @@ bool stream_ordered_step() {
     GPUGUARD_SCOPED_DEVICE(gpuguard::device_count() - 1);
   }
   const bool ok = gpuguard::current_device() == before;
-  std::printf("[demo] 3. stream-ordered 256 MiB freed on its stream; device %d restored: %s\n",
+  std::printf("[demo] 4. stream-ordered 256 MiB freed on its stream; device %d restored: %s\n",
               before, ok ? "yes" : "NO");
   return ok;
 }
 
 /// The planted bug: evaluation results cached "for later" and never cleared. The cache outlives
-/// main, so its buffer is still live when the leak report runs at exit.
+/// main, so its buffers are still live when the leak report runs at exit.
 std::vector<gpuguard::device_buffer>& eval_cache() {
   static std::vector<gpuguard::device_buffer> cache;
   return cache;
 }
 
-void cache_eval_outputs() {
-  GPUGUARD_TAG("eval");
-  eval_cache().emplace_back(128 * mib);  // the leak the report at exit points to
-  std::printf("[demo] 4. cached 128 MiB of eval outputs and forgot them: see the report below\n");
+// A small model's step: forward keeps activations for backward, backward frees them and makes
+// gradients, the optimizer updates in a scratch buffer.
+void train_step(int step) {
+  GPUGUARD_OP("train_step");
+  GPUGUARD_TAG("train_step");
+  std::vector<gpuguard::device_buffer> saved;
+  saved.reserve(2);
+  {
+    GPUGUARD_OP("forward");
+    saved.emplace_back(192 * mib);                       // activations, kept for backward
+    const gpuguard::device_buffer workspace(64 * mib);   // freed at the end of forward
+  }
+  {
+    GPUGUARD_OP("backward");
+    const gpuguard::device_buffer gradients(128 * mib);
+    saved.clear();                                       // activations freed here
+  }
+  {
+    GPUGUARD_OP("optimizer");
+    const gpuguard::device_buffer moments(32 * mib);
+  }
+  if (step == 3) {
+    GPUGUARD_OP("eval");
+    GPUGUARD_TAG("eval");
+    eval_cache().emplace_back(96 * mib);  // the leak the report at exit points to
+  }
+}
+
+void training_loop() {
+  std::printf("[demo] 2. training loop, 4 steps (the step-3 evaluation leaks 96 MiB):\n");
+  for (int step = 1; step <= 4; ++step) { train_step(step); }
+  gpuguard::flush_outputs();  // the operation lines are out before the demo prints on
 }
 
 }  // namespace
 
 int main() try {
-  eval_cache().reserve(1);  // made before tracking starts, so it is destroyed after the report
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the demo's lines and gpuguard's (stderr) in order
+  eval_cache().reserve(4);  // made before tracking starts, so it is destroyed after the report
   gpuguard::enable_tracking();
   const bool gpu = gpuguard::has_device() && gpuguard::process_options().device != gpuguard::device_mode::host;
   bool ok = true;
@@ -110,14 +144,14 @@ int main() try {
     GPUGUARD_CUDA_TRY(cudaGetDeviceProperties(&prop, gpuguard::current_device()));
     std::printf("[demo] running on GPU %d: %s\n", gpuguard::current_device(), prop.name);
     ok = kernel_step() && ok;
-    ok = exception_step() && ok;
-    ok = stream_ordered_step() && ok;
   } else {
-    std::printf("[demo] no GPU in use: steps 1 and 3 need one and are skipped; steps 2 and 4 run on "
+    std::printf("[demo] no GPU in use: steps 1 and 4 need one and are skipped; steps 2 and 3 run on "
                 "host memory\n");
-    ok = exception_step();
   }
-  cache_eval_outputs();
+  training_loop();
+  ok = exception_step() && ok;
+  gpuguard::flush_outputs();
+  if (gpu) { ok = stream_ordered_step() && ok; }
   std::printf("[demo] %s; the leak report follows at exit\n",
               ok ? "steps done: every guard freed what it owned" : "FAILED");
   return ok ? 0 : 1;

@@ -46,6 +46,18 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.device, defaults.device);
   EXPECT_EQ(parsed.values.host_capacity, defaults.host_capacity);
   EXPECT_EQ(parsed.values.strict, defaults.strict);
+  EXPECT_EQ(parsed.values.text_log, defaults.text_log);
+  EXPECT_EQ(parsed.values.jsonl_log, defaults.jsonl_log);
+  EXPECT_EQ(parsed.values.trace_file, defaults.trace_file);
+  EXPECT_EQ(parsed.values.prometheus_file, defaults.prometheus_file);
+  EXPECT_EQ(parsed.values.prometheus_interval_ms, defaults.prometheus_interval_ms);
+  EXPECT_EQ(parsed.values.nvtx, defaults.nvtx);
+  EXPECT_EQ(parsed.values.sample_ms, defaults.sample_ms);
+  EXPECT_EQ(parsed.values.op_device_query, defaults.op_device_query);
+  EXPECT_EQ(parsed.values.alert_fraction, defaults.alert_fraction);
+  EXPECT_EQ(parsed.values.alert_hysteresis, defaults.alert_hysteresis);
+  EXPECT_EQ(parsed.values.alert_op_growth, defaults.alert_op_growth);
+  EXPECT_EQ(parsed.values.queue_capacity, defaults.queue_capacity);
   return parsed.errors.empty() ? std::string() : parsed.errors.front();
 }
 
@@ -72,6 +84,62 @@ TEST(options, defaults) {
   EXPECT_EQ(o.device, device_mode::automatic);
   EXPECT_EQ(o.host_capacity, 0U);
   EXPECT_FALSE(o.strict);
+  EXPECT_EQ(o.text_log, "stderr");
+  EXPECT_EQ(o.jsonl_log, "");
+  EXPECT_EQ(o.trace_file, "");
+  EXPECT_EQ(o.prometheus_file, "");
+  EXPECT_EQ(o.prometheus_interval_ms, 10000U);
+  EXPECT_TRUE(o.nvtx);
+  EXPECT_EQ(o.sample_ms, 50U);
+  EXPECT_FALSE(o.op_device_query);
+  EXPECT_DOUBLE_EQ(o.alert_fraction, 0.8);
+  EXPECT_DOUBLE_EQ(o.alert_hysteresis, 0.05);
+  EXPECT_EQ(o.alert_op_growth, 0U);
+  EXPECT_EQ(o.queue_capacity, 16384U);
+}
+
+TEST(options, output_paths) {
+  const options o = parse_ok("text_log=/tmp/ops-%p.txt:jsonl_log=run.jsonl:trace_file=t.json:prometheus_file=/var/lib/node_exporter/gpuguard.prom");
+  EXPECT_EQ(o.text_log, "/tmp/ops-%p.txt");
+  EXPECT_EQ(o.jsonl_log, "run.jsonl");
+  EXPECT_EQ(o.trace_file, "t.json");
+  EXPECT_EQ(o.prometheus_file, "/var/lib/node_exporter/gpuguard.prom");
+  EXPECT_EQ(parse_ok("text_log=off").text_log, "off");
+  EXPECT_EQ(parse_ok("text_log=stdout").text_log, "stdout");
+}
+
+TEST(options, output_integers_and_booleans) {
+  const options o = parse_ok("prometheus_interval_ms=100:sample_ms=1:queue_capacity=64:nvtx=0:op_device_query=yes");
+  EXPECT_EQ(o.prometheus_interval_ms, 100U);
+  EXPECT_EQ(o.sample_ms, 1U);
+  EXPECT_EQ(o.queue_capacity, 64U);
+  EXPECT_FALSE(o.nvtx);
+  EXPECT_TRUE(o.op_device_query);
+  EXPECT_EQ(parse_ok("queue_capacity=16777216").queue_capacity, 16777216U);
+  EXPECT_EQ(one_error("queue_capacity=63"), bad_value("63", "queue_capacity", "an integer in 64..16777216"));
+  EXPECT_EQ(one_error("sample_ms=0"), bad_value("0", "sample_ms", "an integer in 1..60000"));
+  EXPECT_EQ(one_error("prometheus_interval_ms=99"),
+            bad_value("99", "prometheus_interval_ms", "an integer in 100..3600000"));
+  EXPECT_EQ(one_error("nvtx=on"), bad_value("on", "nvtx", boolean_expected));
+}
+
+TEST(options, alert_fractions) {
+  EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=0.95").alert_fraction, 0.95);
+  EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=0").alert_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=1").alert_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=1.0").alert_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(parse_ok("alert_hysteresis=0.1").alert_hysteresis, 0.1);
+  const std::string expected = "a decimal number in 0..1 (e.g. 0.8)";
+  for (const char* bad : {"", ".5", "1.01", "2", "-0.5", "+0.5", "0,8", "0.8 ", "80%", "1e-1", "nan", "inf", "0x1"}) {
+    EXPECT_EQ(one_error(std::string("alert_fraction=") + bad), bad_value(bad, "alert_fraction", expected)) << bad;
+  }
+  EXPECT_EQ(one_error("alert_hysteresis=big"), bad_value("big", "alert_hysteresis", expected));
+}
+
+TEST(options, alert_op_growth_is_a_byte_count) {
+  EXPECT_EQ(parse_ok("alert_op_growth=512M").alert_op_growth, std::size_t{512} << 20);
+  EXPECT_EQ(parse_ok("alert_op_growth=0").alert_op_growth, 0U);
+  EXPECT_EQ(one_error("alert_op_growth=1.5G"), bad_value("1.5G", "alert_op_growth", bytes_expected));
 }
 
 TEST(options, empty_text_gives_base) {

@@ -1,0 +1,110 @@
+// Operation scopes on a real GPU: for large allocations, a scope's ledger figures agree with what
+// the driver says changed on the device (op_device_query=1 asks cudaMemGetInfo at entry and exit).
+#include "gpu_test.hpp"
+
+#include <gpuguard/gpuguard.hpp>
+#include <gpuguard/op_scope.hpp>
+#include <gpuguard/outputs.hpp>
+#include <gpuguard/tracking_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace {
+
+using gpuguard_test::gpu_test;
+
+constexpr std::size_t mib = 1024 * 1024;
+constexpr std::int64_t slack = 16 * mib;  // page-table and pool granularity of the driver
+
+class op_scope_gpu : public gpu_test, public testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    gpu_test::SetUp();
+    if (IsSkipped() || HasFailure()) { return; }
+    gpuguard::options opts;
+    opts.text_log = "off";
+    opts.op_device_query = true;
+    gpuguard::start_outputs(opts);
+  }
+  void TearDown() override { gpuguard::stop_outputs("test"); }
+
+  // true: cudaMallocAsync on the device's pool (released to the OS at synchronize, with the
+  // pool's release threshold at 0); false: cudaMalloc.
+  gpuguard::memory_resource& upstream() {
+    if (GetParam()) { return async_; }
+    return plain_;
+  }
+  gpuguard::cuda_memory_resource plain_;
+  gpuguard::cuda_async_memory_resource async_;
+};
+
+std::int64_t device_delta(const gpuguard::op_result& r) {
+  return static_cast<std::int64_t>(r.used_after) - static_cast<std::int64_t>(r.used_before);
+}
+
+TEST_P(op_scope_gpu, scope_deltas_match_the_driver_for_large_allocations) {
+  const int device = gpuguard::current_device();
+  gpuguard::tracking_resource tracked(upstream(), device);
+  const gpuguard::stream stream;
+  std::optional<gpuguard::device_buffer> kept;
+  gpuguard::op_result grow;
+  {
+    gpuguard::op_scope scope("grow_1GiB");
+    kept.emplace(1024 * mib, stream, tracked);
+    { const gpuguard::device_buffer temporary(512 * mib, stream, tracked); }
+    stream.synchronize();
+    grow = scope.end();
+  }
+  ASSERT_TRUE(grow.device_queried);
+  EXPECT_EQ(grow.device, device);
+  EXPECT_EQ(grow.net_bytes, static_cast<std::int64_t>(1024 * mib));
+  EXPECT_EQ(grow.peak_bytes, 1536 * mib);
+  EXPECT_EQ(grow.allocs, 2U);
+  EXPECT_LE(std::abs(device_delta(grow) - grow.net_bytes), slack)
+      << "driver " << device_delta(grow) << " ledger " << grow.net_bytes;
+
+  gpuguard::op_result shrink;
+  {
+    gpuguard::op_scope scope("free_1GiB");
+    kept.reset();
+    stream.synchronize();
+    shrink = scope.end();
+  }
+  ASSERT_TRUE(shrink.device_queried);
+  EXPECT_EQ(shrink.net_bytes, -static_cast<std::int64_t>(1024 * mib));
+  EXPECT_EQ(shrink.peak_bytes, 0U);
+  EXPECT_LE(std::abs(device_delta(shrink) - shrink.net_bytes), slack)
+      << "driver " << device_delta(shrink) << " ledger " << shrink.net_bytes;
+}
+
+TEST_P(op_scope_gpu, nested_scopes_on_the_device_fold_into_the_parent) {
+  const int device = gpuguard::current_device();
+  gpuguard::tracking_resource tracked(upstream(), device);
+  const gpuguard::stream stream;
+  std::vector<gpuguard::device_buffer> kept;
+  gpuguard::op_result outer_result;
+  {
+    gpuguard::op_scope outer("step");
+    for (int i = 0; i < 4; ++i) {
+      gpuguard::op_scope inner("layer");
+      kept.emplace_back(256 * mib, stream, tracked);
+    }
+    stream.synchronize();
+    outer_result = outer.end();
+  }
+  EXPECT_EQ(outer_result.net_bytes, static_cast<std::int64_t>(1024 * mib));
+  EXPECT_LE(std::abs(device_delta(outer_result) - outer_result.net_bytes), slack);
+  kept.clear();
+  stream.synchronize();
+}
+
+INSTANTIATE_TEST_SUITE_P(upstreams, op_scope_gpu, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "cuda_async" : "cuda";
+                         });
+
+}  // namespace
