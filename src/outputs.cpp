@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -423,6 +424,22 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
   st.flushed.notify_all();
 }
 
+// In a child made by fork() the writer thread does not exist and the sinks' files are the
+// parent's: the child's outputs are off (it may start its own), and nothing of the parent's is
+// joined, flushed or closed there. A lock another thread held at the fork stays held in the
+// child, so the locks are made anew.
+void outputs_off_in_forked_child() noexcept {
+  output_state& st = state();
+  new (&st.control) std::mutex();      // NOLINT(cppcoreguidelines-owning-memory): see above
+  new (&st.wake_mutex) std::mutex();   // NOLINT(cppcoreguidelines-owning-memory)
+  new (&st.callback_mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
+  st.queue.store(nullptr, std::memory_order_relaxed);
+  st.flags.store(0, std::memory_order_relaxed);
+  st.writer = nullptr;  // the parent's thread object; not ours to join or destroy
+  for (auto& s : st.sinks) { static_cast<void>(s.release()); }  // their buffers are the parent's
+  st.sinks.clear();
+}
+
 }  // namespace
 
 // ---- public -------------------------------------------------------------------------------------
@@ -431,6 +448,8 @@ void start_outputs(const options& opts) noexcept {
   output_state& st = state();
   const std::lock_guard<std::mutex> control(st.control);
   st.ever_started.store(true, std::memory_order_relaxed);
+  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, outputs_off_in_forked_child) == 0;
+  static_cast<void>(fork_handler);
   stop_locked(st, "restart", nullptr);
   try {
     st.opts = opts;

@@ -4,6 +4,7 @@
 //             and its recovery (host memory with host_capacity), and a planted leak
 //   overflow  blocks the writer in the alert callback, then ends 1000 scopes into a queue of 64
 //   plain     three scopes and nothing else (for failing sinks)
+//   fork      a scope, then fork(): the child ends a scope and calls exit(); the parent goes on
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/op_scope.hpp>
@@ -11,12 +12,16 @@
 #include <gpuguard/tracking.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -126,6 +131,21 @@ int plain() {
   return 0;
 }
 
+int forking() {
+  gpuguard::enable_tracking();
+  { GPUGUARD_OP("before_fork"); const gpuguard::device_buffer b(1024); }
+  gpuguard::flush_outputs();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    { GPUGUARD_OP("in_child"); const gpuguard::device_buffer b(2048); }
+    std::exit(0);  // runs the exit handlers: the parent's files must not see them
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  { GPUGUARD_OP("after_fork"); const gpuguard::device_buffer b(4096); }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -133,6 +153,7 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "workload") == 0) { return workload(); }
   if (std::strcmp(mode, "overflow") == 0) { return overflow(); }
   if (std::strcmp(mode, "plain") == 0) { return plain(); }
+  if (std::strcmp(mode, "fork") == 0) { return forking(); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;
 } catch (const std::exception& error) {

@@ -269,6 +269,19 @@ check(result.returncode == 0, "a full disk does not change the exit status", res
 check(result.stderr.count("jsonl_log: cannot write '/dev/full': No space left on device; this output is off from now on") == 1,
       "a write failure is reported once", result.stderr)
 
+# fork(): the child's exit handlers do not write into the parent's files.
+jsonl = os.path.join(tmp, "fork.jsonl")
+result = run("fork", "device=host:text_log=off:jsonl_log=" + jsonl)
+check(result.returncode == 0, "fork mode exit status", result.stderr)
+with open(jsonl) as f:
+    fork_lines = f.read().splitlines()
+fork_events = [json.loads(l) for l in fork_lines]
+fork_types = [e["type"] for e in fork_events]
+check(fork_types.count("start") == 1 and fork_types.count("end") == 1 and fork_types[-1] == "end",
+      "one start and one end line despite the child's exit()", fork_types)
+check([e["name"] for e in fork_events if e["type"] == "op"] == ["before_fork", "after_fork"],
+      "only the parent's operations, each once", fork_lines)
+
 # %p in a path is the process id.
 result = run("plain", "device=host:text_log=off:jsonl_log=" + os.path.join(tmp, "run-%p.jsonl"))
 logs = [n for n in os.listdir(tmp) if re.fullmatch(r"run-\d+\.jsonl", n)]
