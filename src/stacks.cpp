@@ -211,7 +211,10 @@ std::vector<frame_info> resolve_frames(const std::vector<void*>& frames) {
   std::vector<frame_info> all;
   all.reserve(frames.size());
   for (void* address : frames) {
-    const boost::stacktrace::frame frame(address);
+    // Each captured frame is a return address, which points after the call and may belong to the
+    // next source line (the closing brace of a block, say): look up the call itself.
+    const void* call = address != nullptr ? static_cast<const char*>(address) - 1 : address;
+    const boost::stacktrace::frame frame(call);
     frame_info info;
     info.address = reinterpret_cast<std::uintptr_t>(address);
     info.function = frame.name();
