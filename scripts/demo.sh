@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs the gpuguard demo. With a GPU it runs on the GPU; without one it says so and
-# runs what it can on host memory.
+# Builds and runs the gpuguard demo: a training-like loop with operation scopes and a planted
+# leak, then renders its event log as one HTML page. With a GPU it runs on the GPU; without one it
+# says so and runs what it can on host memory.
 # usage: scripts/demo.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -8,7 +9,21 @@ build=${1:-"$root/build"}
 "$root/scripts/deps.sh"
 . "$root/scripts/env.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target gpuguard_demo
+cmake --build "$build" --target gpuguard_demo gpuguard_cli
 echo
-# Stacks on, so the leak report at the end names the line that leaked.
-GPUGUARD_OPTIONS=${GPUGUARD_OPTIONS:-stacks=all} "$build/examples/gpuguard_demo"
+log="$build/demo-events.jsonl"
+trace="$build/demo-trace.json"
+html="$build/demo-report.html"
+rm -f "$log"
+# Stacks on, so the leak report names the line that leaked; GPUGUARD_OPTIONS given by the caller
+# comes last and wins.
+status=0
+GPUGUARD_OPTIONS="stacks=all:jsonl_log=$log:trace_file=$trace${GPUGUARD_OPTIONS:+:$GPUGUARD_OPTIONS}" \
+  "$build/examples/gpuguard_demo" || status=$?
+echo
+if [ -s "$log" ]; then
+  "$build/src/cli/gpuguard" report "$log" -o "$html"
+  echo "[demo] open the report in a browser: $html"
+  echo "[demo] the same run as a trace (Perfetto UI or chrome://tracing): $trace"
+fi
+exit "$status"

@@ -1,0 +1,9 @@
+// The subcommands of the `gpuguard` executable. Each takes the subcommand's own argv (argv[0] is
+// its name) and returns the process exit status: 0 success, 1 failure, 2 usage error.
+#pragma once
+
+namespace gpuguard::cli {
+
+int report_main(int argc, char** argv);
+
+}  // namespace gpuguard::cli

@@ -1,0 +1,244 @@
+// `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line (report_log),
+// renders one self-contained HTML page (report_html) and writes it through a temporary file and a
+// rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
+#include "commands.hpp"
+#include "format.hpp"
+#include "report_html.hpp"
+#include "report_log.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard::cli {
+
+namespace {
+
+constexpr const char* help_text =
+    "usage: gpuguard report LOG.jsonl -o OUTPUT.html [--title TEXT]\n"
+    "\n"
+    "Renders a gpuguard JSONL event log (written with GPUGUARD_OPTIONS=jsonl_log=PATH; schema\n"
+    "gpuguard.events version 1, see docs/formats.md) as ONE self-contained HTML page: no network,\n"
+    "no external files; open it in any browser. LOG may be '-' for standard input.\n"
+    "\n"
+    "The page shows:\n"
+    "  - the run: program, pid, start time, duration, stack backend (when the log says)\n"
+    "  - per device, a memory timeline: ledger live bytes, the ledger's peak between samples,\n"
+    "    device-wide used bytes and the device's capacity; operation scopes as bands on per-thread\n"
+    "    lanes (nested scopes one row lower), alerts as markers; hover for details, drag to zoom,\n"
+    "    double-click to reset\n"
+    "  - per-operation totals by name: calls, time, bytes allocated, largest peak, net, exceptions\n"
+    "  - the allocation sites that allocated the most, the leaks at exit with their stacks,\n"
+    "    alerts, dropped events and the device counters at exit\n"
+    "  - the log lines that could not be used, and why\n"
+    "\n"
+    "options:\n"
+    "  -o, --output PATH   where to write the page ('-' = standard output). Written to a temporary\n"
+    "                      file beside PATH and renamed: PATH is never left half written, and\n"
+    "                      nothing is written when the command fails\n"
+    "  --title TEXT        the page's title (default: 'gpuguard report: ' and the program's name)\n"
+    "  -h, --help          this help\n"
+    "\n"
+    "A line that cannot be used (not JSON, not an object, a missing or mistyped field, an unknown\n"
+    "version, a truncated last line) is reported on stderr as 'gpuguard report: LOG:LINE: why'\n"
+    "and listed in the page; everything else is still shown. Lines of unknown types and unknown\n"
+    "fields are ignored, so newer logs still render. Long logs are read as a stream: memory\n"
+    "samples are reduced to a few thousand points per device (each bucket keeps its lowest and\n"
+    "highest sample, so peaks survive) and at most 2000 operation bands are drawn per thread\n"
+    "(the longest and the biggest); the page says when it thinned anything. A one-line summary\n"
+    "goes to stdout (to stderr with -o -).\n"
+    "\n"
+    "exit status:\n"
+    "  0  the page was written (even when some lines were skipped)\n"
+    "  1  the log could not be read, or the page could not be written (nothing is written)\n"
+    "  2  usage error\n";
+
+// Lines longer than this are skipped unread: no event of version 1 comes near it.
+constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
+// Skipped lines named on stderr one by one; past this, one line says how many more there were.
+constexpr std::size_t max_stderr_lines = 1000;
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "gpuguard report: %s (see 'gpuguard report --help')\n", message.c_str());
+  return 2;
+}
+
+// Reads a file line by line in fixed-size blocks, so that a hostile line cannot take more than
+// max_line_bytes of memory.
+class line_reader {
+ public:
+  explicit line_reader(std::FILE* file) : file_(file), buffer_(std::size_t{1} << 16) {}
+
+  // The next line without its newline; false at the end of the file or on a read error.
+  bool next(std::string& line, bool& terminated, bool& too_long) {
+    line.clear();
+    terminated = false;
+    too_long = false;
+    bool any = false;
+    for (;;) {
+      if (pos_ == size_) {
+        if (done_) { return any; }
+        size_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
+        pos_ = 0;
+        if (size_ == 0) {
+          if (std::ferror(file_) != 0) { error_ = errno != 0 ? errno : EIO; }
+          done_ = true;
+          return any;
+        }
+      }
+      any = true;
+      const char* begin = buffer_.data() + pos_;
+      const auto* newline = static_cast<const char*>(std::memchr(begin, '\n', size_ - pos_));
+      const std::size_t n = newline != nullptr ? static_cast<std::size_t>(newline - begin) : size_ - pos_;
+      if (!too_long) {
+        if (line.size() + n > max_line_bytes) {
+          too_long = true;
+          std::string().swap(line);
+        } else {
+          line.append(begin, n);
+        }
+      }
+      pos_ += n;
+      if (newline != nullptr) {
+        ++pos_;
+        terminated = true;
+        return true;
+      }
+    }
+  }
+
+  [[nodiscard]] int error() const noexcept { return error_; }
+
+ private:
+  std::FILE* file_;
+  std::vector<char> buffer_;
+  std::size_t pos_ = 0;
+  std::size_t size_ = 0;
+  bool done_ = false;
+  int error_ = 0;
+};
+
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+int report_main(int argc, char** argv) {
+  std::string log_path;
+  std::string output;
+  std::string title;
+  bool have_log = false;
+  bool have_output = false;
+  bool have_title = false;
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!options_done && arg.size() > 1 && arg[0] == '-') {
+      if (arg == "--") {
+        options_done = true;
+        continue;
+      }
+      if (arg == "-h" || arg == "--help") {
+        std::fputs(help_text, stdout);
+        return 0;
+      }
+      // Options that take a value: "-o PATH", "--output PATH", "--output=PATH".
+      std::string name = arg;
+      std::string value;
+      bool inline_value = false;
+      if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        inline_value = true;
+      }
+      const bool is_output = name == "-o" || name == "--output";
+      const bool is_title = name == "--title";
+      if (!is_output && !is_title) { return usage_error("unknown option '" + arg + "'"); }
+      if (!inline_value) {
+        if (i + 1 >= argc) { return usage_error("option '" + name + "' needs a value"); }
+        value = argv[++i];
+      }
+      if (is_output) {
+        if (have_output) { return usage_error("option '" + name + "' given twice"); }
+        if (value.empty()) { return usage_error("option '" + name + "' needs a non-empty path"); }
+        output = value;
+        have_output = true;
+      } else {
+        if (have_title) { return usage_error("option '" + name + "' given twice"); }
+        title = value;
+        have_title = true;
+      }
+      continue;
+    }
+    if (have_log) { return usage_error("unexpected argument '" + arg + "' (only one LOG is read)"); }
+    if (arg.empty()) { return usage_error("the LOG path is empty"); }
+    log_path = arg;
+    have_log = true;
+  }
+  if (!have_log) { return usage_error("missing LOG (the JSONL event log to read)"); }
+  if (!have_output) { return usage_error("missing -o OUTPUT (where to write the HTML page)"); }
+
+  const bool from_stdin = log_path == "-";
+  const std::string shown_path = from_stdin ? "<stdin>" : log_path;
+  std::FILE* file = from_stdin ? stdin : std::fopen(log_path.c_str(), "rb");
+  if (file == nullptr) {
+    std::fprintf(stderr, "gpuguard report: cannot open '%s': %s\n", log_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+
+  log_aggregate log;
+  std::size_t number = 0;
+  std::size_t reported = 0;
+  {
+    line_reader reader(file);
+    std::string line;
+    bool terminated = false;
+    bool too_long = false;
+    while (reader.next(line, terminated, too_long)) {
+      ++number;
+      const std::string problem =
+          too_long ? log.add_skipped_line(number, "line longer than " + detail::format_bytes(max_line_bytes))
+                   : log.add_line(line, number, !terminated);
+      if (!problem.empty() && reported++ < max_stderr_lines) {
+        std::fprintf(stderr, "gpuguard report: %s:%zu: %s\n", shown_path.c_str(), number, problem.c_str());
+      }
+    }
+    const int error = reader.error();
+    if (!from_stdin) { std::fclose(file); }
+    if (error != 0) {
+      std::fprintf(stderr, "gpuguard report: cannot read '%s': %s\n", shown_path.c_str(), std::strerror(error));
+      return 1;
+    }
+  }
+  if (reported > max_stderr_lines) {
+    std::fprintf(stderr, "gpuguard report: %s: %zu more lines skipped (not listed)\n", shown_path.c_str(),
+                 reported - max_stderr_lines);
+  }
+
+  if (!have_title) {
+    title = "gpuguard report: " + (log.program().empty() ? base_name(shown_path) : base_name(log.program()));
+  }
+  const std::string page = render_report_html(title, log.data_json(title, shown_path));
+
+  const bool to_stdout = output == "-";
+  if (to_stdout) {
+    if (std::fwrite(page.data(), 1, page.size(), stdout) != page.size() || std::fflush(stdout) != 0) {
+      std::fprintf(stderr, "gpuguard report: cannot write to standard output: %s\n", std::strerror(errno));
+      return 1;
+    }
+  } else if (const std::string error = detail::write_file_atomically(output, page); !error.empty()) {
+    std::fprintf(stderr, "gpuguard report: %s\n", error.c_str());
+    return 1;
+  }
+  std::fprintf(to_stdout ? stderr : stdout,
+               "gpuguard report: %zu lines read, %zu events used, %zu lines skipped; wrote %s\n", log.lines_read(),
+               log.events_used(), log.lines_skipped(), to_stdout ? "the page to standard output" : output.c_str());
+  return 0;
+}
+
+}  // namespace gpuguard::cli

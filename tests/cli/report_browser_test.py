@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""`gpuguard report`'s page in a real browser: headless Chromium runs the page's script, and the test
+reads the DOM it leaves (the timeline drawn into the SVG, the op bands, the tables) and a screenshot
+(decoded here with zlib alone: the timeline must not be blank).
+
+Chromium is installed by scripts/deps.sh (Debian package `chromium`); without it this test fails.
+
+usage: report_browser_test.py GPUGUARD_BINARY REPO_ROOT
+"""
+import collections
+import html.parser
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import zlib
+
+GPUGUARD = None
+DATA = None
+CHROMIUM = None
+WINDOW = (1400, 1800)
+
+
+def chromium(*args):
+    """Runs headless Chromium with a throwaway profile; returns its stdout, or fails with its stderr."""
+    profile = tempfile.mkdtemp(prefix="gpuguard-chromium-")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           "--window-size=%d,%d" % WINDOW, "--virtual-time-budget=5000", "--no-first-run",
+           "--user-data-dir=" + profile, *args]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=90)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    if r.returncode != 0:
+        raise AssertionError("chromium failed (%d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-2000:]))
+    return r.stdout.decode("utf-8")
+
+
+# ---- a small DOM from Chromium's --dump-dom output ---------------------------------------------------
+
+class node:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, dict(attrs), parent, [], ""
+
+    def classes(self):
+        return set((self.attrs.get("class") or "").split())
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def find_all(self, tag=None, cls=None):
+        return [n for n in self.walk() if (tag is None or n.tag == tag) and (cls is None or cls in n.classes())]
+
+    def by_id(self, id_):
+        return next((n for n in self.walk() if n.attrs.get("id") == id_), None)
+
+    def all_text(self):
+        return self.text + "".join(c.all_text() for c in self.children)
+
+
+class dom_builder(html.parser.HTMLParser):
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = node("#document", {}, None)
+        self.current = self.root
+
+    def handle_starttag(self, tag, attrs):
+        n = node(tag, attrs, self.current)
+        self.current.children.append(n)
+        if tag not in self.VOID:
+            self.current = n
+
+    def handle_startendtag(self, tag, attrs):
+        self.current.children.append(node(tag, attrs, self.current))
+
+    def handle_endtag(self, tag):
+        n = self.current
+        while n is not None and n.tag != tag:
+            n = n.parent
+        if n is not None and n.parent is not None:
+            self.current = n.parent
+
+    def handle_data(self, data):
+        self.current.text += data
+
+
+def parse_dom(text):
+    b = dom_builder()
+    b.feed(text)
+    return b.root
+
+
+# ---- PNG decoding, enough for Chromium's screenshots (8-bit RGB or RGBA, not interlaced) --------------
+
+def decode_png(path, max_rows):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, []
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and color in (2, 6) and interlace == 0, "unexpected PNG format"
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    raw = zlib.decompress(b"".join(idat))
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(min(height, max_rows)):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 255
+        elif kind == 2:
+            for i in range(stride):
+                line[i] = (line[i] + prev[i]) & 255
+        elif kind == 3:
+            for i in range(stride):
+                line[i] = (line[i] + ((line[i - bpp] if i >= bpp else 0) + prev[i]) // 2) & 255
+        elif kind == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b = prev[i]
+                c = prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+class browser_test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="gpuguard-browser-test-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def render(self, log_name):
+        out = os.path.join(self.tmp.name, log_name.replace(".jsonl", ".html"))
+        r = subprocess.run([GPUGUARD, "report", os.path.join(DATA, log_name), "-o", out], capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        return out
+
+    def events(self, log_name):
+        with open(os.path.join(DATA, log_name), encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def test_good_log_draws_timelines_and_tables(self):
+        page = self.render("good.jsonl")
+        dom = parse_dom(chromium("--dump-dom", "file://" + page))
+        body = dom.find_all("body")[0]
+        self.assertEqual(body.attrs.get("data-rendered"), "true", "the page's script did not finish")
+        events = self.events("good.jsonl")
+        ops = [e for e in events if e["type"] == "op"]
+
+        for device in (0, 1):
+            svg = dom.by_id("timeline-device-%d" % device)
+            self.assertIsNotNone(svg, "no svg#timeline-device-%d" % device)
+            self.assertEqual(svg.tag, "svg")
+            paths = {}
+            for p in svg.find_all("path"):
+                for c in p.classes():
+                    if c.startswith("series-"):
+                        paths[c] = p.attrs.get("d", "")
+            self.assertIn("series-live", paths)
+            self.assertIn("series-peak", paths)
+            self.assertIn("series-used", paths)
+            samples = len([e for e in events if e["type"] == "mem" and e["device"] == device])
+            for cls in ("series-live", "series-peak", "series-used"):
+                points = re.findall(r"[ML]\s*(-?[\d.]+)\s*,\s*(-?[\d.]+)", paths[cls])
+                # live and used: one point per sample; peak: a step per sample after the first
+                self.assertEqual(len(points), 2 * samples - 1 if cls == "series-peak" else samples, cls)
+                ys = {float(y) for _, y in points}
+                self.assertGreater(len(ys), 10, cls + " is flat")
+                xs = [float(x) for x, _ in points]
+                self.assertEqual(xs, sorted(xs), cls + " goes back in time")
+            bands = svg.find_all("rect", "op-band")
+            self.assertEqual(len(bands), len(ops), "op bands in device %d's timeline" % device)
+            self.assertEqual(len([b for b in bands if "exception" in b.classes()]),
+                             len([o for o in ops if o["exception"]]))
+            self.assertTrue(all(float(b.attrs["width"]) > 0 for b in bands))
+            titles = [b.find_all("title")[0].all_text() for b in bands]
+            self.assertTrue(any("ended by an exception" in t for t in titles))
+            self.assertTrue(all(re.search(r"net [+-]?[\d.]+ (B|KiB|MiB|GiB)", t) for t in titles), titles[:3])
+            self.assertGreaterEqual(len(svg.find_all("text", "tick-label")), 6)
+            self.assertTrue(any(re.fullmatch(r"\d+(\.\d+)? GiB", t.all_text()) for t in svg.find_all("text", "tick-label")))
+        # Device 0 is nearly full, so its chart is scaled to capacity and draws the capacity line.
+        svg0 = dom.by_id("timeline-device-0")
+        self.assertEqual(len(svg0.find_all("path", "series-total")), 1)
+        markers = svg0.find_all("g", "alert-marker")
+        self.assertEqual(sorted(next(iter(m.classes() - {"alert-marker"})) for m in markers),
+                         ["device_full", "device_recovered", "op_growth", "op_growth"])
+
+        def rows(table_id):
+            table = dom.by_id(table_id)
+            self.assertIsNotNone(table, table_id)
+            return table.find_all("tbody")[0].find_all("tr")
+
+        sites = [e for e in events if e["type"] == "sites"][0]["sites"]
+        leaks = [e for e in events if e["type"] == "leaks"][0]["sites"]
+        self.assertEqual(len(rows("top-sites")), len(sites))
+        self.assertEqual(len(rows("leaks")), len(leaks))
+        self.assertIn("kv_cache::grow(unsigned long)", dom.by_id("leaks").all_text())
+        self.assertIn("cache.cpp:19", dom.by_id("leaks").all_text())
+        self.assertEqual(len(rows("op-summary")), len({o["name"] for o in ops}))
+        self.assertEqual(len(rows("alerts")), len([e for e in events if e["type"] == "alert"]))
+        self.assertEqual(len(rows("exit-devices")), 2)
+        self.assertEqual(dom.by_id("skipped-lines").find_all("li"), [])
+        first = rows("op-summary")[0].find_all("td")
+        self.assertEqual(first[0].all_text(), "step")   # sorted by total time
+        self.assertEqual(first[2].all_text(), "1.15 s")
+
+        # The screenshot: the timeline of device 0 is really drawn, not a blank box.
+        shot = os.path.join(self.tmp.name, "good.png")
+        chromium("--screenshot=" + shot, "file://" + page)
+        left, top, width, height = (int(v) for v in svg0.attrs["data-bbox"].split(","))
+        self.assertGreater(width, 600)
+        self.assertLessEqual(top + height, WINDOW[1], "the timeline is below the screenshot")
+        w, h, bpp, png_rows = decode_png(shot, top + height)
+        self.assertEqual((w, h), WINDOW)
+        pixels = collections.Counter()
+        for y in range(top, top + height):
+            row = png_rows[y]
+            for x in range(left, min(left + width, w)):
+                pixels[row[x * bpp:x * bpp + 3]] += 1
+        total = sum(pixels.values())
+        background, _ = pixels.most_common(1)[0]
+
+        def differs(colour, by):
+            return max(abs(a - b) for a, b in zip(colour, background)) > by
+
+        drawn = sum(n for c, n in pixels.items() if differs(c, 12))
+        ink = sum(n for c, n in pixels.items() if differs(c, 80))
+        self.assertGreater(len(pixels), 64, "too few distinct colours: the chart looks blank")
+        self.assertGreater(drawn / total, 0.2, "less than a fifth of the chart area is drawn on")
+        self.assertGreater(ink / total, 0.01, "hardly any lines or text in the chart area")
+        blue = sum(n for c, n in pixels.items() if c[2] > 180 and c[0] < 90 and c[1] < 140)
+        orange = sum(n for c, n in pixels.items() if c[0] > 180 and 80 < c[1] < 150 and c[2] < 60)
+        self.assertGreater(blue, 500, "the live-bytes line (blue) is not visible")
+        self.assertGreater(orange, 500, "the used-bytes line (orange) is not visible")
+
+    def test_bad_lines_are_listed(self):
+        page = self.render("bad_lines.jsonl")
+        dom = parse_dom(chromium("--dump-dom", "file://" + page))
+        items = dom.by_id("skipped-lines").find_all("li", "skipped")
+        self.assertEqual([int(li.attrs["data-line"]) for li in items], [5, 6, 7, 8, 9, 10, 11, 15, 16, 18, 19, 20])
+        self.assertIn("truncated last line", items[-1].all_text())
+        banners = dom.by_id("banners").all_text()
+        self.assertIn("12 lines of the log could not be used", banners)
+        self.assertIn("No end line", banners)
+        svg = dom.by_id("timeline-device-0")
+        self.assertEqual(len(svg.find_all("rect", "op-band")), 2)
+
+    def test_empty_log_says_there_is_nothing_to_draw(self):
+        page = self.render("empty.jsonl")
+        dom = parse_dom(chromium("--dump-dom", "file://" + page))
+        self.assertEqual(dom.find_all("body")[0].attrs.get("data-rendered"), "true")
+        self.assertIsNotNone(dom.by_id("no-memory"))
+        self.assertEqual(dom.find_all("svg"), [])
+        self.assertIn("The log is empty", dom.by_id("banners").all_text())
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    GPUGUARD = os.path.abspath(sys.argv[1])
+    DATA = os.path.join(os.path.abspath(sys.argv[2]), "tests", "cli", "testdata")
+    CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+    if CHROMIUM is None:
+        print("browser.report: chromium is not installed; scripts/deps.sh installs it "
+              "(Debian package 'chromium'). This test needs it and fails without it.", file=sys.stderr)
+        sys.exit(1)
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])
