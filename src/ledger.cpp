@@ -155,6 +155,7 @@ struct recent_free {
 
 struct spin_mutex {
   std::atomic<bool> locked{false};
+  bool try_lock() noexcept { return !locked.exchange(true, std::memory_order_acquire); }
   void lock() noexcept {
     while (locked.exchange(true, std::memory_order_acquire)) {
       while (locked.load(std::memory_order_relaxed)) {
@@ -622,6 +623,33 @@ std::vector<detail::site_total> detail::top_sites(std::size_t count) {
   });
   if (all.size() > count) { all.resize(count); }
   return all;
+}
+
+std::size_t detail::crash_scan(crash_site* sites, std::size_t capacity, bool& complete) noexcept {
+  complete = true;
+  std::size_t used = 0;
+  for (shard& s : state().shards) {
+    if (!s.mutex.try_lock()) {
+      complete = false;
+      continue;
+    }
+    for (const allocation_record& record : s.slots) {
+      if (record.ptr == nullptr) { continue; }
+      std::size_t i = 0;
+      while (i < used && (sites[i].site != record.site || sites[i].device != record.device)) { ++i; }
+      if (i == used) {
+        if (used == capacity) {
+          complete = false;
+          continue;
+        }
+        sites[used++] = crash_site{record.site, record.device, 0, 0};
+      }
+      sites[i].bytes += record.bytes;
+      ++sites[i].count;
+    }
+    s.mutex.unlock();
+  }
+  return used;
 }
 
 std::vector<frame_info> resolve_site(site_id site) {

@@ -48,4 +48,20 @@ struct site_total {
 /// The `count` sites that allocated the most bytes, largest first.
 std::vector<site_total> top_sites(std::size_t count);
 
+/// Live allocations of one site, as the crash handler counts them.
+struct crash_site {
+  site_id site = no_site;
+  int device = host_device_id;
+  std::uint64_t bytes = 0;
+  std::uint64_t count = 0;
+};
+
+/**
+ * Async-signal-safe: groups the live allocations by (site, device) into `sites` (at most
+ * `capacity`; more distinct groups are left out) without waiting for any lock: a shard whose lock
+ * is held (perhaps by the crashing thread) is skipped. No allocation, no stdio. Returns the number
+ * of groups filled; `complete` says whether every shard was read and every group fitted.
+ */
+std::size_t crash_scan(crash_site* sites, std::size_t capacity, bool& complete) noexcept;
+
 }  // namespace gpuguard::detail

@@ -207,6 +207,8 @@ constexpr key_entry keys[] = {
     make_key<fraction_key<&options::alert_hysteresis>>("alert_hysteresis", "re-arm the alert below threshold minus this"),
     make_key<byte_count_key<&options::alert_op_growth>>("alert_op_growth", "alert when one scope's net growth passes this many bytes; 0 = off"),
     make_key<integer_key<&options::queue_capacity, 64, 16777216>>("queue_capacity", "events the output queue holds before it drops"),
+    make_key<bool_key<&options::hooks>>("hooks", "enable_tracking installs the exit-path hooks (terminate, signals, crashes)"),
+    make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
 };
 
 // Keys and values come from the environment, so messages must stay one printable line.

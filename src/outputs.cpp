@@ -10,9 +10,11 @@
 
 #include "alert_gate.hpp"
 #include "event_queue.hpp"
+#include "exit_paths.hpp"
 #include "format.hpp"
 #include "ledger_internal.hpp"
 #include "outputs_internal.hpp"
+#include "quiet_thread.hpp"
 #include "sinks.hpp"
 
 #include <algorithm>
@@ -388,6 +390,14 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     st.stop_requested = true;
   }
   st.wake.notify_all();
+  if (st.writer->get_id() == std::this_thread::get_id()) {
+    // The writer itself is ending the process (an alert callback called exit()): it cannot join
+    // itself, and its half-handled pass cannot be finished from here.
+    st.writer->detach();
+    delete st.writer;
+    st.writer = nullptr;
+    return;
+  }
   st.writer->join();
   delete st.writer;
   st.writer = nullptr;
@@ -502,7 +512,7 @@ void start_outputs(const options& opts) noexcept {
       st.flushed_through = st.flush_target;
     }
     queue_type* queue = st.spare;
-    st.writer = new std::thread([&st, queue] { writer_main(st, *queue); });
+    st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
     unsigned flags = detail::scope_outputs_running;
     flags |= opts.nvtx ? detail::scope_nvtx : 0U;
     flags |= opts.op_device_query ? detail::scope_device_query : 0U;

@@ -23,9 +23,4 @@ void submit(const op_result& op) noexcept;
 /// stop_outputs with the leak report already collected by the caller (may be nullptr: none).
 void stop_outputs_with(const char* reason, const leak_report* leaks) noexcept;
 
-/// Registers the exit report with atexit (again). Handlers run in reverse order of registration,
-/// so registering after the CUDA runtime initialised makes the report run before its teardown.
-/// Running the report twice does nothing the second time. Defined in tracking.cpp.
-void register_exit_report() noexcept;
-
 }  // namespace gpuguard::detail

@@ -1,12 +1,15 @@
 // Enabling tracking under the guards, and the report at exit.
 #include <gpuguard/tracking.hpp>
 
+#include <gpuguard/cleanup.hpp>
 #include <gpuguard/current_resource.hpp>
+#include <gpuguard/hooks.hpp>
 #include <gpuguard/device.hpp>
 #include <gpuguard/host_memory_resource.hpp>
 #include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
+#include "exit_paths.hpp"
 #include "format.hpp"
 #include "outputs_internal.hpp"
 #include "report_json.hpp"
@@ -119,6 +122,7 @@ void enable_tracking(const options& opts) {
   }
   st.enabled = true;
   start_outputs(opts);
+  if (opts.hooks) { install_hooks(opts); }
 }
 
 void disable_tracking() noexcept {
@@ -246,8 +250,16 @@ bool write_leak_json(const std::string& path, const leak_report& report, std::st
   return false;
 }
 
-void run_exit_report() noexcept {
+void run_exit_report() noexcept { detail::finish_run("exit", true); }
+
+bool detail::run_finished() noexcept { return exit_report_done.load(std::memory_order_acquire); }
+
+void detail::finish_run(const char* reason, bool normal_exit) noexcept {
   if (exit_report_done.exchange(true)) { return; }
+  // Cleanups first: what they free is then not reported as leaked.
+  run_cleanups(reason);
+  end_child_groups(2000);
+  if (normal_exit) { discard_unused_crash_file(); }
   try {
     bool enabled = false;
     const options opts = [&enabled] {
@@ -260,7 +272,7 @@ void run_exit_report() noexcept {
     if (!enabled && !outputs_running()) { return; }
     std::fflush(stdout);  // the program's own output first, then the report
     const leak_report report = collect_leaks(opts.leak_sites);
-    detail::stop_outputs_with("exit", &report);
+    detail::stop_outputs_with(reason, &report);
     if (!enabled) { return; }
     if (opts.leak_report) { write_leak_text(stderr, report, opts.leak_sites); }
     if (!opts.leak_json.empty()) {
@@ -269,7 +281,7 @@ void run_exit_report() noexcept {
         std::fprintf(stderr, "[gpuguard] leak_json: %s\n", error.c_str());
       }
     }
-    if (report.count != 0 && opts.leak_exitcode != 0) {
+    if (normal_exit && report.count != 0 && opts.leak_exitcode != 0) {
       std::fflush(nullptr);
       ::_exit(opts.leak_exitcode);
     }

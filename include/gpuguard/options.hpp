@@ -57,6 +57,10 @@ struct options {
   double alert_hysteresis = 0.05;        ///< key `alert_hysteresis`: re-arm below threshold minus this (0..1)
   std::size_t alert_op_growth = 0;       ///< key `alert_op_growth`: alert when one scope's net growth passes this (0 = off)
   std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..16777216)
+
+  // Exit paths (docs/hooks.md).
+  bool hooks = true;                     ///< key `hooks`: enable_tracking installs the exit-path hooks
+  std::string crash_file;                ///< key `crash_file`: crash record path, besides stderr ("" = stderr only)
 };
 
 /// What `parse_options` made of a string: the options, and one message per rejected item.

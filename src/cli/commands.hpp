@@ -5,5 +5,6 @@
 namespace gpuguard::cli {
 
 int report_main(int argc, char** argv);
+int symbolize_main(int argc, char** argv);
 
 }  // namespace gpuguard::cli

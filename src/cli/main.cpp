@@ -17,6 +17,7 @@ struct command {
 
 constexpr command commands[] = {
     {"report", gpuguard::cli::report_main, "render a JSONL event log as one self-contained HTML page"},
+    {"symbolize", gpuguard::cli::symbolize_main, "resolve the frames of a crash record to functions and lines"},
 };
 
 void print_usage(std::FILE* out) {
@@ -25,7 +26,7 @@ void print_usage(std::FILE* out) {
              "\n"
              "commands:\n", out);
   for (const command& c : commands) { std::fprintf(out, "  %-10s %s\n", c.name, c.summary); }
-  std::fputs("\nDocs: docs/ in the gpuguard repository (outputs.md, formats.md, options.md).\n", out);
+  std::fputs("\nDocs: docs/ in the gpuguard repository (outputs.md, hooks.md, report.md, formats.md, options.md).\n", out);
 }
 
 }  // namespace

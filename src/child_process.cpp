@@ -1,0 +1,177 @@
+// Children that die with their parent. The child side of fork() runs only async-signal-safe calls
+// until exec; an exec failure travels back to the parent through a close-on-exec pipe.
+#include <gpuguard/child_process.hpp>
+
+#include "exit_paths.hpp"
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace gpuguard {
+
+namespace {
+
+// Process groups the exit paths end. A fixed table of atomics, so the crash handler can read it.
+constexpr std::size_t max_groups = 256;
+std::array<std::atomic<pid_t>, max_groups> groups{};
+
+void add_group(pid_t group) noexcept {
+  for (auto& slot : groups) {
+    pid_t empty = 0;
+    if (slot.compare_exchange_strong(empty, group)) { return; }
+  }
+}
+
+void remove_group(pid_t group) noexcept {
+  for (auto& slot : groups) {
+    pid_t expected = group;
+    if (slot.compare_exchange_strong(expected, 0)) { return; }
+  }
+}
+
+int reap(pid_t pid, bool block) noexcept {
+  int status = 0;
+  for (;;) {
+    const pid_t got = ::waitpid(pid, &status, block ? 0 : WNOHANG);
+    if (got == pid) { return status; }
+    if (got == 0) { return -2; }  // still running
+    if (errno != EINTR) { return -1; }
+  }
+}
+
+}  // namespace
+
+child_process::~child_process() {
+  if (pid_ > 0) { static_cast<void>(terminate()); }
+}
+
+int child_process::wait() noexcept {
+  if (pid_ <= 0) { return -1; }
+  const int status = reap(pid_, true);
+  if (own_group_) { remove_group(pid_); }
+  pid_ = -1;
+  return status;
+}
+
+int child_process::terminate(int grace_ms) noexcept {
+  if (pid_ <= 0) { return -1; }
+  const pid_t target = own_group_ ? -pid_ : pid_;
+  static_cast<void>(::kill(target, SIGTERM));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  int status = reap(pid_, false);
+  while (status == -2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    status = reap(pid_, false);
+  }
+  if (status == -2) {
+    static_cast<void>(::kill(target, SIGKILL));
+    status = reap(pid_, true);
+  } else if (own_group_) {
+    static_cast<void>(::kill(target, SIGKILL));  // the rest of its group, if any
+  }
+  if (own_group_) { remove_group(pid_); }
+  pid_ = -1;
+  return status;
+}
+
+pid_t child_process::release() noexcept {
+  if (own_group_ && pid_ > 0) { remove_group(pid_); }
+  return std::exchange(pid_, -1);
+}
+
+child_process spawn(const std::vector<std::string>& argv, const spawn_options& opts) {
+  if (argv.empty()) { throw std::invalid_argument("gpuguard::spawn: empty argv"); }
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& a : argv) { args.push_back(const_cast<char*>(a.c_str())); }  // NOLINT: execvp's signature
+  args.push_back(nullptr);
+
+  std::array<int, 2> report{};
+  if (::pipe2(report.data(), O_CLOEXEC) != 0) {
+    throw std::system_error(errno, std::generic_category(), "gpuguard::spawn: pipe");
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int error = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    throw std::system_error(error, std::generic_category(), "gpuguard::spawn: fork for '" + argv[0] + "'");
+  }
+  if (pid == 0) {
+    // The child: async-signal-safe calls only until exec.
+    ::close(report[0]);
+    int error = 0;
+    if (opts.own_group && ::setpgid(0, 0) != 0) { error = errno; }
+    if (error == 0 && opts.death_signal != 0 && ::prctl(PR_SET_PDEATHSIG, opts.death_signal) != 0) { error = errno; }
+    // The parent may have died before the death signal was set: then nobody would send it.
+    if (error == 0 && ::getppid() != parent) { ::_exit(127); }
+    if (error == 0) {
+      ::execvp(args[0], args.data());
+      error = errno;
+    }
+    ssize_t ignored = ::write(report[1], &error, sizeof error);
+    static_cast<void>(ignored);
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  if (opts.own_group) {
+    static_cast<void>(::setpgid(pid, pid));  // also from this side: no window where kill(-pid) misses
+    add_group(pid);
+  }
+  int error = 0;
+  ssize_t n = 0;
+  do { n = ::read(report[0], &error, sizeof error); } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof error)) {  // exec failed
+    static_cast<void>(reap(pid, true));
+    if (opts.own_group) { remove_group(pid); }
+    throw std::system_error(error, std::generic_category(), "gpuguard::spawn: cannot start '" + argv[0] + "'");
+  }
+  return child_process(pid, opts.own_group);
+}
+
+void detail::kill_child_groups() noexcept {
+  for (auto& slot : groups) {
+    const pid_t group = slot.load(std::memory_order_relaxed);
+    if (group > 0) { static_cast<void>(::kill(-group, SIGKILL)); }
+  }
+}
+
+void detail::end_child_groups(int grace_ms) noexcept {
+  bool any = false;
+  for (auto& slot : groups) {
+    const pid_t group = slot.load(std::memory_order_relaxed);
+    if (group > 0) {
+      any = true;
+      static_cast<void>(::kill(-group, SIGTERM));
+    }
+  }
+  if (!any) { return; }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  for (;;) {
+    bool alive = false;
+    for (auto& slot : groups) {
+      const pid_t group = slot.load(std::memory_order_relaxed);
+      if (group <= 0) { continue; }
+      while (::waitpid(-group, nullptr, WNOHANG) > 0) {}  // our own children of the group: no zombies
+      if (::kill(-group, 0) == 0) { alive = true; }
+    }
+    if (!alive || std::chrono::steady_clock::now() >= deadline) { break; }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill_child_groups();
+}
+
+}  // namespace gpuguard

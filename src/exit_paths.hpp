@@ -1,0 +1,38 @@
+// What every exit path shares: the end-of-run work (cleanups, children, leak report, the outputs'
+// end lines) that runs once, whichever path gets there first. Internal to libgpuguard.
+#pragma once
+
+#include <sys/types.h>
+
+namespace gpuguard::detail {
+
+/**
+ * Runs the end of the run once: cleanups, termination of spawned children's process groups,
+ * the leak report (text and JSON, when tracking is on) and the outputs' last lines, with `reason`
+ * ("exit", "terminate", "signal SIGTERM") in the log's `end` line. With `normal_exit`,
+ * leak_exitcode may end the process with its status; other paths keep theirs. Later calls return
+ * at once. Defined in tracking.cpp.
+ */
+void finish_run(const char* reason, bool normal_exit) noexcept;
+
+/// True once finish_run has started.
+bool run_finished() noexcept;
+
+/// Registers the exit report with atexit (again). Handlers run in reverse order of registration,
+/// so registering after the CUDA runtime initialised makes the report run before its teardown.
+/// Running the report twice does nothing the second time. Defined in tracking.cpp.
+void register_exit_report() noexcept;
+
+/// Async-signal-safe: runs the pending signal-safe cleanups, highest priority first (cleanup.cpp).
+void run_signal_safe_cleanups() noexcept;
+
+/// Closes the crash file opened in advance and removes it if nothing was written (hooks.cpp).
+void discard_unused_crash_file() noexcept;
+
+/// Process groups of children started with gpuguard::spawn (child_process.cpp).
+/// Async-signal-safe: sends SIGKILL to every registered group.
+void kill_child_groups() noexcept;
+/// SIGTERM to every registered group, up to `grace_ms` for them to go, then SIGKILL.
+void end_child_groups(int grace_ms) noexcept;
+
+}  // namespace gpuguard::detail

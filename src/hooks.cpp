@@ -1,0 +1,591 @@
+// The exit paths: std::terminate, termination signals (a pipe and a watcher thread), and fatal
+// signals (an async-signal-safe crash record on an alternate stack). docs/hooks.md says what each
+// does; the rules here are the ones signal handlers must keep:
+//  - a termination-signal handler only writes one byte to a pipe (or, on a second signal,
+//    restores the default action and raises the signal again);
+//  - the crash handler calls only async-signal-safe functions: no malloc, no locks it could wait
+//    on, no stdio, no CUDA. It formats into a buffer on its stack and writes with write(2).
+#include <gpuguard/hooks.hpp>
+
+#include <gpuguard/cleanup.hpp>
+#include <gpuguard/ledger.hpp>
+
+#include "exit_paths.hpp"
+#include "format.hpp"
+#include "ledger_internal.hpp"
+#include "quiet_thread.hpp"
+#include "stacks.hpp"
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <cxxabi.h>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/// The OS id of the thread inside the crash handler while it writes its record (0 otherwise): a
+/// test build traps malloc on that thread while it is set.
+extern "C" GPUGUARD_API volatile std::sig_atomic_t gpuguard_crash_handler_active;
+volatile std::sig_atomic_t gpuguard_crash_handler_active = 0;
+
+namespace gpuguard {
+
+namespace {
+
+constexpr int termination_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+constexpr int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+constexpr int signal_slots = 65;
+constexpr unsigned watchdog_seconds = 3;
+
+const char* signal_name(int sig) noexcept {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    default: return "signal";
+  }
+}
+
+// What the handlers read. Each entry is written only while no handler of ours is installed for
+// that signal (sigaction itself orders the write before the handler can run).
+std::array<struct sigaction, signal_slots> previous_actions{};
+std::array<std::atomic<bool>, signal_slots> installed_for{};
+
+std::atomic<int> pipe_write_fd{-1};
+std::atomic<bool> termination_started{false};
+std::atomic<pid_t> crash_thread{0};
+std::atomic<int> crash_signal{0};
+std::atomic<int> crash_fd{-1};
+
+struct hook_state {
+  std::mutex mutex;
+  bool installed = false;
+  std::terminate_handler previous_terminate = nullptr;
+  int pipe_read_fd = -1;
+  std::thread* watcher = nullptr;
+  std::string crash_path;
+};
+
+hook_state& hooks() {
+  static auto* s = new hook_state();  // exit paths use it after ordinary statics are gone
+  return *s;
+}
+
+// ---- async-signal-safe helpers -----------------------------------------------------------------
+
+void restore_previous(int sig) noexcept {
+  static_cast<void>(::sigaction(sig, &previous_actions[static_cast<std::size_t>(sig)], nullptr));
+}
+
+void set_default(int sig) noexcept {
+  struct sigaction action{};
+  action.sa_handler = SIG_DFL;
+  ::sigemptyset(&action.sa_mask);
+  static_cast<void>(::sigaction(sig, &action, nullptr));
+}
+
+// Ends the process by `sig` now, from any context: default action, unblocked, raised.
+[[noreturn]] void die_by(int sig) noexcept {
+  set_default(sig);
+  sigset_t set;
+  ::sigemptyset(&set);
+  ::sigaddset(&set, sig);
+  static_cast<void>(::sigprocmask(SIG_UNBLOCK, &set, nullptr));
+  static_cast<void>(::raise(sig));
+  ::_exit(128 + sig);  // only if the signal did not end the process
+}
+
+/// Formats into a stack buffer and writes to one file descriptor with write(2).
+class signal_writer {
+ public:
+  explicit signal_writer(int fd) noexcept : fd_(fd) {}
+  signal_writer(const signal_writer&) = delete;
+  signal_writer& operator=(const signal_writer&) = delete;
+  signal_writer(signal_writer&&) = delete;
+  signal_writer& operator=(signal_writer&&) = delete;
+  ~signal_writer() { flush(); }
+
+  signal_writer& put(const char* text) noexcept { return put(text, std::strlen(text)); }
+  signal_writer& put(const char* text, std::size_t n) noexcept {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (used_ == sizeof buffer_) { flush(); }
+      buffer_[used_++] = text[i];
+    }
+    return *this;
+  }
+  signal_writer& dec(std::uint64_t value) noexcept {
+    char digits[24];
+    std::size_t n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    } while (value != 0);
+    while (n > 0) { put(&digits[--n], 1); }
+    return *this;
+  }
+  signal_writer& sdec(std::int64_t value) noexcept {
+    if (value < 0) {
+      put("-");
+      return dec(static_cast<std::uint64_t>(-(value + 1)) + 1);
+    }
+    return dec(static_cast<std::uint64_t>(value));
+  }
+  signal_writer& hex(std::uint64_t value) noexcept {
+    static constexpr char digits[] = "0123456789abcdef";
+    char text[18];
+    std::size_t n = 0;
+    do {
+      text[n++] = digits[value & 0xF];
+      value >>= 4;
+    } while (value != 0);
+    put("0x");
+    while (n > 0) { put(&text[--n], 1); }
+    return *this;
+  }
+  /// A JSON string body: quotes, backslashes and control bytes escaped.
+  signal_writer& json_text(const char* text, std::size_t n) noexcept {
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c == '"' || c == '\\') {
+        const char escaped[2] = {'\\', static_cast<char>(c)};
+        put(escaped, 2);
+      } else if (c < 0x20) {
+        put(" ");
+      } else {
+        put(&text[i], 1);
+      }
+    }
+    return *this;
+  }
+  void flush() noexcept {
+    std::size_t done = 0;
+    while (fd_ >= 0 && done < used_) {
+      const ssize_t n = ::write(fd_, buffer_ + done, used_ - done);
+      if (n < 0 && errno == EINTR) { continue; }
+      if (n <= 0) { break; }
+      done += static_cast<std::size_t>(n);
+    }
+    used_ = 0;
+  }
+
+ private:
+  int fd_;
+  char buffer_[512];
+  std::size_t used_ = 0;
+};
+
+struct crash_facts {
+  int sig = 0;
+  int code = 0;
+  std::uintptr_t address = 0;
+  pid_t thread = 0;
+  std::array<void*, detail::max_stack_depth + 1> frames{};
+  std::size_t frame_count = 0;
+  std::array<detail::crash_site, 64> sites{};
+  std::size_t site_count = 0;
+  bool sites_complete = true;
+};
+
+// The crash context is large: it lives in static storage, not on the alternate stack. Only the
+// thread that won `crash_thread` touches it.
+crash_facts facts;
+
+void gather(int sig, const siginfo_t* info, const void* context) noexcept {
+  facts.sig = sig;
+  facts.code = info != nullptr ? info->si_code : 0;
+  facts.address = info != nullptr ? reinterpret_cast<std::uintptr_t>(info->si_addr) : 0;
+  facts.thread = static_cast<pid_t>(::syscall(SYS_gettid));
+  std::size_t n = 0;
+#if defined(__x86_64__)
+  if (context != nullptr) {
+    const auto* uc = static_cast<const ucontext_t*>(context);
+    // The instruction that faulted: the frames below start inside this handler.
+    facts.frames[n++] = reinterpret_cast<void*>(static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]));  // NOLINT(performance-no-int-to-ptr)
+  }
+#else
+  static_cast<void>(context);
+#endif
+  n += detail::capture_frames(facts.frames.data() + n, detail::max_stack_depth);
+  facts.frame_count = n;
+  facts.site_count = detail::crash_scan(facts.sites.data(), facts.sites.size(), facts.sites_complete);
+  // Largest first (insertion sort: no allocation).
+  for (std::size_t i = 1; i < facts.site_count; ++i) {
+    const detail::crash_site moving = facts.sites[i];
+    std::size_t j = i;
+    while (j > 0 && facts.sites[j - 1].bytes < moving.bytes) {
+      facts.sites[j] = facts.sites[j - 1];
+      --j;
+    }
+    facts.sites[j] = moving;
+  }
+}
+
+void write_human(int fd) noexcept {
+  signal_writer out(fd);
+  out.put("[gpuguard] CRASH: ").put(signal_name(facts.sig)).put(" (code ").sdec(facts.code)
+      .put(", address ").hex(facts.address).put(") in thread ").dec(static_cast<std::uint64_t>(facts.thread)).put("\n");
+  for (int device = host_device_id; device < max_devices; ++device) {
+    const counters c = device_counters(device);
+    if (c.allocations == 0) { continue; }
+    out.put("[gpuguard]   live on ");
+    if (device == host_device_id) {
+      out.put("host memory");
+    } else {
+      out.put("device ").sdec(device);
+    }
+    out.put(": ").dec(c.current_bytes).put(" bytes (").dec(c.current_bytes >> 20).put(" MiB) in ")
+        .dec(c.live_count()).put(" allocations; peak ").dec(c.peak_bytes).put(" bytes\n");
+  }
+  const std::size_t shown = facts.site_count < 5 ? facts.site_count : 5;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const detail::crash_site& s = facts.sites[i];
+    out.put("[gpuguard]   live site ").dec(s.site).put(" on device ").sdec(s.device).put(": ")
+        .dec(s.bytes).put(" bytes in ").dec(s.count).put(" allocations\n");
+  }
+  out.put("[gpuguard]   frames:");
+  for (std::size_t i = 0; i < facts.frame_count; ++i) {
+    out.put(" ").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i]));
+  }
+  out.put("\n");
+  if (crash_fd.load(std::memory_order_relaxed) >= 0) {
+    out.put("[gpuguard]   crash record written; resolve its frames with: gpuguard symbolize CRASH_FILE\n");
+  }
+}
+
+// The executable mappings, for resolving the frames later (addresses are randomised per run).
+void write_mappings(signal_writer& out) noexcept {
+  const int maps = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (maps < 0) { return; }
+  char chunk[1024];
+  char line[512];
+  std::size_t length = 0;
+  bool first = true;
+  const auto emit = [&] {
+    // "start-end perms offset dev inode path": keep executable ones.
+    const char* space = static_cast<const char*>(std::memchr(line, ' ', length));
+    if (space != nullptr && space + 4 < line + length && space[3] == 'x') {
+      out.put(first ? "\"" : ",\"").json_text(line, length).put("\"");
+      first = false;
+    }
+    length = 0;
+  };
+  for (;;) {
+    const ssize_t n = ::read(maps, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) { continue; }
+    if (n <= 0) { break; }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (chunk[i] == '\n') {
+        emit();
+      } else if (length < sizeof line) {
+        line[length++] = chunk[i];
+      }
+    }
+  }
+  if (length > 0) { emit(); }
+  ::close(maps);
+}
+
+void write_record(int fd) noexcept {
+  signal_writer out(fd);
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  out.put("{\"schema\":\"gpuguard.crash\",\"version\":1,\"pid\":").dec(static_cast<std::uint64_t>(::getpid()))
+      .put(",\"thread\":").dec(static_cast<std::uint64_t>(facts.thread))
+      .put(",\"unix_ns\":").dec(static_cast<std::uint64_t>(now.tv_sec) * 1000000000U + static_cast<std::uint64_t>(now.tv_nsec))
+      .put(",\"signal\":").dec(static_cast<std::uint64_t>(facts.sig))
+      .put(",\"signal_name\":\"").put(signal_name(facts.sig))
+      .put("\",\"code\":").sdec(facts.code)
+      .put(",\"address\":\"").hex(facts.address).put("\",\"frames\":[");
+  for (std::size_t i = 0; i < facts.frame_count; ++i) {
+    out.put(i == 0 ? "\"" : ",\"").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i])).put("\"");
+  }
+  out.put("],\"devices\":[");
+  bool first = true;
+  for (int device = host_device_id; device < max_devices; ++device) {
+    const counters c = device_counters(device);
+    if (c.allocations == 0) { continue; }
+    out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
+        .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())
+        .put(",\"peak_bytes\":").dec(c.peak_bytes).put("}");
+    first = false;
+  }
+  out.put("],\"sites\":[");
+  const std::size_t shown = facts.site_count < 20 ? facts.site_count : 20;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const detail::crash_site& s = facts.sites[i];
+    out.put(i == 0 ? "{\"site\":" : ",{\"site\":").dec(s.site).put(",\"device\":").sdec(s.device)
+        .put(",\"bytes\":").dec(s.bytes).put(",\"count\":").dec(s.count).put("}");
+  }
+  out.put("],\"sites_complete\":").put(facts.sites_complete && shown == facts.site_count ? "true" : "false");
+  out.put(",\"mappings\":[");
+  write_mappings(out);
+  out.put("]}\n");
+}
+
+void on_watchdog(int /*sig*/) {
+  static constexpr char message[] = "[gpuguard] the crash handler did not finish within 3 s: ending the process\n";
+  ssize_t ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+  static_cast<void>(ignored);
+  die_by(crash_signal.load(std::memory_order_relaxed));
+}
+
+void on_fatal_signal(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  const auto me = static_cast<pid_t>(::syscall(SYS_gettid));
+  pid_t owner = 0;
+  if (!crash_thread.compare_exchange_strong(owner, me)) {
+    if (owner == me) { die_by(crash_signal.load(std::memory_order_relaxed)); }  // a fault in here
+    for (;;) { ::pause(); }  // another thread writes the one record and ends the process
+  }
+  crash_signal.store(sig, std::memory_order_relaxed);
+  struct sigaction watchdog{};
+  watchdog.sa_handler = on_watchdog;
+  ::sigemptyset(&watchdog.sa_mask);
+  static_cast<void>(::sigaction(SIGALRM, &watchdog, nullptr));
+  ::alarm(watchdog_seconds);
+
+  gpuguard_crash_handler_active = me;
+  gather(sig, info, context);
+  write_human(STDERR_FILENO);
+  const int fd = crash_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) { write_record(fd); }
+  detail::run_signal_safe_cleanups();
+  detail::kill_child_groups();
+  gpuguard_crash_handler_active = 0;
+
+  // Chain: a handler that was there before (a sanitizer's, Python's faulthandler) runs next.
+  const struct sigaction& previous = previous_actions[static_cast<std::size_t>(sig)];
+  if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler != nullptr) {
+    previous.sa_handler(sig);
+  }
+  // Then the default action. A fault returns to the faulting instruction and dies there, so a
+  // core dump shows where it happened; a signal that was sent (kill, raise, abort) is raised again
+  // and delivered when this handler returns.
+  set_default(sig);
+  if (info == nullptr || info->si_code <= 0) { static_cast<void>(::raise(sig)); }
+  errno = saved_errno;
+}
+
+void on_termination_signal(int sig) {
+  const int saved_errno = errno;
+  if (termination_started.exchange(true)) {
+    die_by(sig);  // a second signal while the first is handled: end now, still by this signal
+  }
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  const int fd = pipe_write_fd.load(std::memory_order_relaxed);
+  if (fd < 0 || ::write(fd, &byte, 1) != 1) { die_by(sig); }  // no watcher: act as if unhooked
+  errno = saved_errno;
+}
+
+// ---- the watcher thread and std::terminate -------------------------------------------------------
+
+void watcher_main(int read_fd) {
+  for (;;) {
+    unsigned char byte = 0;
+    const ssize_t n = ::read(read_fd, &byte, 1);
+    if (n < 0 && errno == EINTR) { continue; }
+    if (n != 1 || byte == 0) { return; }  // closed by uninstall_hooks
+    const int sig = byte;
+    std::fprintf(stderr, "[gpuguard] %s received: running cleanups and writing the report, then ending by %s\n",
+                 signal_name(sig), signal_name(sig));
+    const std::string reason = std::string("signal ") + signal_name(sig);
+    detail::finish_run(reason.c_str(), false);
+    std::fflush(nullptr);
+    restore_previous(sig);
+    die_by(sig);
+  }
+}
+
+std::string current_exception_text() {
+  std::string type = "(none)";
+  if (const std::type_info* info = abi::__cxa_current_exception_type()) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(info->name(), nullptr, nullptr, &status);
+    type = status == 0 && demangled != nullptr ? demangled : info->name();
+    std::free(demangled);  // NOLINT(cppcoreguidelines-no-malloc): __cxa_demangle's contract
+  }
+  const std::exception_ptr current = std::current_exception();
+  if (!current) { return "std::terminate called without an active exception"; }
+  try {
+    std::rethrow_exception(current);
+  } catch (const std::exception& error) {
+    return "uncaught exception of type " + type + ": " + error.what();
+  } catch (...) {
+    return "uncaught exception of type " + type;
+  }
+}
+
+[[noreturn]] void on_terminate() {
+  static std::atomic<bool> entered{false};
+  if (!entered.exchange(true)) {
+    try {
+      const std::string what = current_exception_text();
+      std::fprintf(stderr, "[gpuguard] std::terminate: %s\n", what.c_str());
+      for (const auto& [device, c] : snapshot(false).devices) {
+        std::fprintf(stderr, "[gpuguard]   live at terminate on %s: %s in %llu allocations\n",
+                     device == host_device_id ? "host memory" : ("device " + std::to_string(device)).c_str(),
+                     detail::format_bytes(c.current_bytes).c_str(), static_cast<unsigned long long>(c.live_count()));
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the exit path must go on
+    }
+    detail::finish_run("terminate", false);
+    std::fflush(nullptr);
+  }
+  const std::terminate_handler previous = hooks().previous_terminate;
+  if (previous != nullptr && previous != on_terminate) { previous(); }
+  std::abort();
+}
+
+// In a child made by fork() the watcher thread does not exist and the pipe and crash file are the
+// parent's: a SIGTERM to a forked worker must not end its parent. The child gets the previous
+// dispositions of the termination signals back, and crash records on stderr only.
+void hooks_off_in_forked_child() noexcept {
+  pipe_write_fd.store(-1, std::memory_order_relaxed);
+  crash_fd.store(-1, std::memory_order_relaxed);
+  for (const int sig : termination_signals) {
+    if (installed_for[static_cast<std::size_t>(sig)].exchange(false)) { restore_previous(sig); }
+  }
+  new (&hooks().mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): a lock held at the fork stays held
+  hooks().watcher = nullptr;
+  hooks().installed = false;
+}
+
+// A fresh alternate stack for the installing thread, so a stack overflow can still be reported.
+alignas(16) char alternate_stack[64 * 1024];
+
+}  // namespace
+
+// ---- public -------------------------------------------------------------------------------------
+
+void install_hooks(const options& opts) noexcept {
+  hook_state& st = hooks();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  if (st.installed) { return; }
+  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, hooks_off_in_forked_child) == 0;
+  static_cast<void>(fork_handler);
+  try {
+    if (!opts.crash_file.empty()) {
+      st.crash_path = detail::expand_path(opts.crash_file);
+      const int fd = ::open(st.crash_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        std::fprintf(stderr, "[gpuguard] crash_file: cannot open '%s': %s; crash records go to stderr only\n",
+                     st.crash_path.c_str(), std::strerror(errno));
+        st.crash_path.clear();
+      }
+      crash_fd.store(fd, std::memory_order_relaxed);
+    }
+    // Load the unwinder now: its first use may allocate, which the crash handler must not.
+    std::array<void*, 4> warm{};
+    static_cast<void>(detail::capture_frames(warm.data(), warm.size()));
+
+    stack_t current{};
+    if (::sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) != 0) {
+      stack_t fresh{};
+      fresh.ss_sp = alternate_stack;
+      fresh.ss_size = sizeof alternate_stack;
+      static_cast<void>(::sigaltstack(&fresh, nullptr));
+    }
+
+    st.previous_terminate = std::set_terminate(on_terminate);
+
+    std::array<int, 2> fds{};
+    if (::pipe2(fds.data(), O_CLOEXEC) == 0) {
+      st.pipe_read_fd = fds[0];
+      pipe_write_fd.store(fds[1], std::memory_order_relaxed);
+      const int read_fd = fds[0];
+      st.watcher = detail::start_quiet_thread([read_fd] { watcher_main(read_fd); });
+      for (const int sig : termination_signals) {
+        struct sigaction previous{};
+        if (::sigaction(sig, nullptr, &previous) != 0) { continue; }
+        // A signal the program handles or ignores is its own business: left alone.
+        if ((previous.sa_flags & SA_SIGINFO) != 0 || previous.sa_handler != SIG_DFL) { continue; }
+        previous_actions[static_cast<std::size_t>(sig)] = previous;
+        struct sigaction action{};
+        action.sa_handler = on_termination_signal;
+        ::sigemptyset(&action.sa_mask);
+        action.sa_flags = SA_RESTART;
+        if (::sigaction(sig, &action, nullptr) == 0) { installed_for[static_cast<std::size_t>(sig)] = true; }
+      }
+    } else {
+      std::fprintf(stderr, "[gpuguard] hooks: pipe: %s; termination signals are not hooked\n", std::strerror(errno));
+    }
+
+    for (const int sig : fatal_signals) {
+      struct sigaction previous{};
+      if (::sigaction(sig, nullptr, &previous) != 0) { continue; }
+      previous_actions[static_cast<std::size_t>(sig)] = previous;
+      struct sigaction action{};
+      action.sa_sigaction = on_fatal_signal;
+      ::sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+      if (::sigaction(sig, &action, nullptr) == 0) { installed_for[static_cast<std::size_t>(sig)] = true; }
+    }
+    st.installed = true;
+    detail::register_exit_report();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "[gpuguard] hooks could not be installed: %s\n", error.what());
+  }
+}
+
+void uninstall_hooks() noexcept {
+  hook_state& st = hooks();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  if (!st.installed) { return; }
+  for (std::size_t sig = 0; sig < installed_for.size(); ++sig) {
+    if (installed_for[sig].exchange(false)) { restore_previous(static_cast<int>(sig)); }
+  }
+  if (std::get_terminate() == on_terminate) { std::set_terminate(st.previous_terminate); }
+  const int write_fd = pipe_write_fd.exchange(-1);
+  if (write_fd >= 0) { ::close(write_fd); }  // the watcher reads end-of-file and returns
+  if (st.watcher != nullptr) {
+    st.watcher->join();
+    delete st.watcher;
+    st.watcher = nullptr;
+  }
+  if (st.pipe_read_fd >= 0) {
+    ::close(st.pipe_read_fd);
+    st.pipe_read_fd = -1;
+  }
+  st.installed = false;
+}
+
+bool hooks_installed() noexcept {
+  hook_state& st = hooks();
+  const std::lock_guard<std::mutex> lock(st.mutex);
+  return st.installed;
+}
+
+void detail::discard_unused_crash_file() noexcept {
+  hook_state& st = hooks();
+  const int fd = crash_fd.exchange(-1);
+  if (fd < 0) { return; }
+  struct stat info{};
+  const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
+  ::close(fd);
+  if (empty && !st.crash_path.empty()) { ::unlink(st.crash_path.c_str()); }
+}
+
+}  // namespace gpuguard

@@ -1,0 +1,223 @@
+// A program that ends in every way the exit paths handle, for tests/cpu/hooks_test.py. It enables
+// tracking (GPUGUARD_OPTIONS applies), leaves memory live, registers an ordinary and a signal-safe
+// cleanup that append a line to the marker file (argv[2]), prints "ready" and then ends as argv[1]
+// says. Built twice: once plainly, and once with GPUGUARD_TRAP_MALLOC, where malloc and friends
+// end the process with status 99 if they are called while the crash handler writes its record.
+#include <gpuguard/child_process.hpp>
+#include <gpuguard/cleanup.hpp>
+#include <gpuguard/gpuguard.hpp>
+#include <gpuguard/hooks.hpp>
+#include <gpuguard/tracking.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+extern "C" volatile std::sig_atomic_t gpuguard_crash_handler_active;
+
+#if defined(GPUGUARD_TRAP_MALLOC)
+// NOLINTBEGIN(bugprone-reserved-identifier): glibc's own names for its allocator
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void __libc_free(void*);
+
+// Only the crashing thread is held to it: gpuguard's writer thread may allocate meanwhile.
+static bool in_crash_handler() {
+  return gpuguard_crash_handler_active != 0 &&
+         gpuguard_crash_handler_active == static_cast<std::sig_atomic_t>(::syscall(SYS_gettid));
+}
+
+[[noreturn]] static void trapped() {
+  static constexpr char message[] = "hooks_child: MALLOC IN CRASH HANDLER\n";
+  ssize_t ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
+  static_cast<void>(ignored);
+  ::_exit(99);
+}
+void* malloc(std::size_t n) {
+  if (in_crash_handler()) { trapped(); }
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t n, std::size_t size) {
+  if (in_crash_handler()) { trapped(); }
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, std::size_t n) {
+  if (in_crash_handler()) { trapped(); }
+  return __libc_realloc(p, n);
+}
+void free(void* p) {
+  if (p != nullptr && in_crash_handler()) { trapped(); }
+  __libc_free(p);
+}
+}
+// NOLINTEND(bugprone-reserved-identifier)
+#endif
+
+namespace {
+
+constexpr std::size_t mib = std::size_t{1024} * 1024;
+int marker_fd = -1;
+
+void mark(const char* text) noexcept {
+  ssize_t ignored = ::write(marker_fd, text, std::strlen(text));
+  static_cast<void>(ignored);
+}
+
+void safe_cleanup(void* /*context*/) noexcept { mark("cleanup:safe\n"); }
+
+std::vector<gpuguard::device_buffer>& live() {
+  static std::vector<gpuguard::device_buffer> buffers;
+  return buffers;
+}
+
+void ready() {
+  std::printf("ready %d\n", static_cast<int>(::getpid()));
+  std::fflush(stdout);
+}
+
+[[noreturn]] void wait_for_signal() {
+  for (;;) { std::this_thread::sleep_for(std::chrono::milliseconds(10)); }
+}
+
+void crash(const std::string& kind) {
+  if (kind == "SIGSEGV") {
+    volatile int* null = nullptr;
+    *null = 1;  // CRASH-SEGV-LINE  NOLINT(clang-analyzer-core.NullDereference): on purpose
+  } else if (kind == "SIGBUS") {
+    // A mapping past the end of its file: touching it raises SIGBUS.
+    char path[] = "/tmp/gpuguard-sigbus-XXXXXX";
+    const int fd = ::mkstemp(path);
+    ::unlink(path);
+    void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    static_cast<volatile char*>(map)[0] = 1;
+  } else if (kind == "SIGFPE") {
+    volatile int zero = 0;
+    volatile int one = 1;
+    std::printf("%d\n", one / zero);  // NOLINT(clang-analyzer-core.DivideZero): on purpose
+  } else if (kind == "SIGILL") {
+    __builtin_trap();
+  } else if (kind == "SIGABRT") {
+    std::abort();
+  }
+}
+
+std::atomic<int> arrived{0};
+
+[[noreturn]] void hang_forever(int /*sig*/) {
+  mark("user-handler:hang\n");
+  for (;;) { ::pause(); }
+}
+
+void user_segv_handler(int /*sig*/) { mark("user-handler:segv\n"); }
+
+void user_term_handler(int /*sig*/) {
+  mark("user-handler:term\n");
+  std::exit(3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: hooks_child MODE MARKER [ARG]\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const std::string arg = argc > 3 ? argv[3] : "";
+  marker_fd = ::open(argv[2], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+  // Handlers the program had before gpuguard: kept and chained.
+  if (mode == "user_handlers") {
+    std::signal(SIGSEGV, user_segv_handler);
+    std::signal(SIGTERM, user_term_handler);
+  } else if (mode == "hanging_handler") {
+    std::signal(SIGSEGV, hang_forever);
+  }
+
+  live().reserve(16);
+  gpuguard::enable_tracking();
+  gpuguard::register_cleanup("ordinary", [] { mark("cleanup:ordinary\n"); }).keep();
+  gpuguard::register_signal_safe_cleanup("signal-safe", safe_cleanup, nullptr).keep();
+  live().emplace_back(3 * mib);  // live at the end, whichever way it comes
+
+  if (mode == "exit") {
+    ready();
+    return std::atoi(arg.c_str());
+  }
+  if (mode == "signal" || (mode == "user_handlers" && arg.empty())) {
+    ready();
+    wait_for_signal();
+  }
+  if (mode == "slow_cleanup") {
+    gpuguard::register_cleanup("slow", [] {
+      mark("slow:start\n");
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      mark("slow:end\n");
+    }, 10).keep();
+    ready();
+    wait_for_signal();
+  }
+  if (mode == "faulting_cleanup") {
+    gpuguard::register_cleanup("faulting", [] {
+      mark("faulting:start\n");
+      crash("SIGSEGV");
+    }, 10).keep();
+    ready();
+    wait_for_signal();
+  }
+  if (mode == "crash" || mode == "user_handlers" || mode == "hanging_handler") {
+    ready();
+    crash(arg.empty() ? "SIGSEGV" : arg);
+    return 0;
+  }
+  if (mode == "two_threads") {
+    ready();
+    std::vector<std::thread> threads;
+    threads.reserve(2);
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([] {
+        arrived.fetch_add(1);
+        while (arrived.load() < 2) {}
+        crash("SIGSEGV");
+      });
+    }
+    for (auto& t : threads) { t.join(); }
+    return 0;
+  }
+  if (mode == "throw_in_thread") {
+    ready();
+    std::thread worker([] { throw std::runtime_error("data loader failed: shard 7 is corrupt"); });
+    worker.join();
+    return 0;
+  }
+  if (mode == "exit_from_thread") {
+    ready();
+    std::thread worker([] { std::exit(5); });
+    worker.join();
+    wait_for_signal();
+  }
+  if (mode == "children") {
+    // A child in its own group that would outlive us: the exit paths end it.
+    static gpuguard::child_process child = gpuguard::spawn({"sleep", "1000"});
+    std::printf("child %d\n", static_cast<int>(child.pid()));
+    ready();
+    if (arg == "exit") { return 0; }
+    wait_for_signal();
+  }
+  std::fprintf(stderr, "hooks_child: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}

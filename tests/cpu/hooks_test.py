@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Exit-path tests, in real child processes (tests/cpu/hooks_child.cpp) judged by their exit status
+and the files they leave: the marker file their cleanups append to, the JSON leak report, the
+JSONL log's end line, and the crash record.
+
+usage: hooks_test.py HOOKS_CHILD HOOKS_CHILD_MALLOC_TRAP REPO_ROOT GPUGUARD_CLI
+"""
+import json
+import re
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD, TRAP_CHILD, ROOT, CLI = sys.argv[1:5]
+MIB = 1024 * 1024
+tmp = tempfile.mkdtemp(prefix="gpuguard-hooks-")
+failures = []
+counter = [0]
+
+
+def check(condition, what, detail=""):
+    if not condition:
+        failures.append(what + (("\n" + str(detail)) if detail else ""))
+    return condition
+
+
+def no_core_dumps():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class Run:
+    """One child: started, waited for its "ready" line, then ended by the test."""
+
+    def __init__(self, mode, arg=None, options="", binary=CHILD):
+        counter[0] += 1
+        base = os.path.join(tmp, "%s-%s-%d" % (mode, arg or "", counter[0]))
+        self.marker, self.leaks, self.log, self.crash = (base + ".marker", base + ".leaks.json",
+                                                         base + ".jsonl", base + ".crash.json")
+        opts = ("device=host:stacks=all:text_log=off:leak_json=%s:jsonl_log=%s:crash_file=%s"
+                % (self.leaks, self.log, self.crash))
+        env = dict(os.environ, GPUGUARD_OPTIONS=opts + (":" + options if options else ""))
+        argv = [binary, mode, self.marker] + ([arg] if arg else [])
+        self.what = " ".join(argv[1:2] + argv[3:])
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, preexec_fn=no_core_dumps)
+        self.lines = []
+        self.ready_at = None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.strip())
+            if line.startswith("ready"):
+                self.ready_at = time.monotonic()
+                break
+
+    def send(self, sig):
+        os.kill(self.proc.pid, sig)
+
+    def finish(self, timeout=30):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            failures.append("%s: did not end within %d s" % (self.what, timeout))
+        self.ended_at = time.monotonic()
+        self.status, self.stdout, self.stderr = self.proc.returncode, out, err
+        return self
+
+    def markers(self):
+        if not os.path.exists(self.marker):
+            return []
+        with open(self.marker) as f:
+            return f.read().split()
+
+    def leak_report(self):
+        with open(self.leaks) as f:
+            return json.load(f)
+
+    def end_line(self):
+        with open(self.log) as f:
+            lines = [json.loads(l) for l in f]
+        return lines[-1] if lines and lines[-1]["type"] == "end" else None
+
+    def crash_records(self):
+        if not os.path.exists(self.crash):
+            return []
+        with open(self.crash) as f:
+            lines = [l for l in f if l.strip()]
+        try:
+            return [json.loads(l) for l in lines]
+        except ValueError as error:
+            failures.append("%s: the crash record does not parse: %s\n%s" % (self.what, error, "".join(lines)[:3000]))
+            return []
+
+
+def died_by(run, sig):
+    return check(run.status == -sig, "%s: died by %s" % (run.what, signal.Signals(sig).name),
+                 "status %s\nstderr:\n%s" % (run.status, run.stderr[-3000:]))
+
+
+def cleanups_once(run, ordinary=True):
+    expected = ["cleanup:safe"] + (["cleanup:ordinary"] if ordinary else [])
+    marks = run.markers()
+    for mark in expected:
+        check(marks.count(mark) == 1, "%s: %s ran exactly once" % (run.what, mark), marks)
+    if not ordinary:
+        check("cleanup:ordinary" not in marks, "%s: ordinary cleanups do not run on a crash" % run.what, marks)
+
+
+def report_lists_live(run):
+    try:
+        report = run.leak_report()
+    except (OSError, ValueError) as error:
+        failures.append("%s: leak report missing or bad: %s\n%s" % (run.what, error, run.stderr[-2000:]))
+        return
+    check(report["total_bytes"] == 3 * MIB and report["total_count"] == 1,
+          "%s: the report lists the 3 MiB that were live" % run.what, report)
+
+
+def crash_record(run, sig):
+    records = run.crash_records()
+    if not check(len(records) == 1, "%s: one crash record" % run.what, records):
+        return None
+    record = records[0]
+    check(record["schema"] == "gpuguard.crash" and record["version"] == 1, "%s: crash record schema" % run.what, record)
+    check(record["signal"] == sig and record["signal_name"] == signal.Signals(sig).name,
+          "%s: the record names the signal" % run.what, record)
+    check(len(record["frames"]) >= 3 and all(f.startswith("0x") for f in record["frames"]),
+          "%s: raw frames" % run.what, record["frames"])
+    host = [d for d in record["devices"] if d["device"] == -1]
+    check(host and host[0]["live_bytes"] == 3 * MIB and host[0]["live_count"] == 1,
+          "%s: live bytes per device" % run.what, record["devices"])
+    check(record["sites"] and record["sites"][0]["bytes"] == 3 * MIB and record["sites"][0]["site"] > 0,
+          "%s: top live site by id" % run.what, record["sites"])
+    check(any(CHILD_NAME in m for m in record["mappings"]), "%s: executable mappings" % run.what, record["mappings"][:3])
+    check("[gpuguard] CRASH: %s" % signal.Signals(sig).name in run.stderr, "%s: the record is on stderr too" % run.what,
+          run.stderr[-2000:])
+    return record
+
+
+CHILD_NAME = os.path.basename(CHILD)
+
+# ---- normal exit: status kept, cleanups once, report written --------------------------------------
+run = Run("exit", "7").finish()
+check(run.status == 7, "exit 7 keeps its status", run.status)
+cleanups_once(run)
+report_lists_live(run)
+end = run.end_line()
+check(end and end["reason"] == "exit", "the log ends with reason exit", end)
+check(not os.path.exists(run.crash), "an unused crash file is removed at a normal exit")
+
+# ---- SIGINT, SIGTERM, SIGHUP, SIGQUIT: cleanups, report, then death by the same signal ------------
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    run = Run("signal")
+    run.send(sig)
+    run.finish()
+    died_by(run, sig)
+    cleanups_once(run)
+    report_lists_live(run)
+    end = run.end_line()
+    check(end and end["reason"] == "signal " + sig.name, "%s: the log's end line names the signal" % sig.name, end)
+    check("%s received" % sig.name in run.stderr, "%s: says what it does" % sig.name, run.stderr[-1000:])
+
+# Without the hooks the same signal ends the process with nothing run: the tests above can fail.
+run = Run("signal", options="hooks=0")
+run.send(signal.SIGTERM)
+run.finish()
+died_by(run, signal.SIGTERM)
+check(run.markers() == [], "hooks=0: no cleanup runs", run.markers())
+
+# ---- fatal signals: the crash record, signal-safe cleanups only, the default action ---------------
+for binary in (CHILD, TRAP_CHILD):
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT):
+        run = Run("crash", sig.name, binary=binary).finish()
+        if binary == TRAP_CHILD:
+            check("MALLOC IN CRASH HANDLER" not in run.stderr and run.status != 99,
+                  "%s: no heap allocation inside the crash handler" % sig.name, run.stderr[-2000:])
+        died_by(run, sig)
+        cleanups_once(run, ordinary=False)
+        record = crash_record(run, sig)
+        if record and sig == signal.SIGSEGV and binary == CHILD:
+            check(record["address"] == "0x0", "SIGSEGV: the fault address", record["address"])
+            # Symbols are resolved afterwards, outside the crashed process.
+            with open(os.path.join(ROOT, "tests", "cpu", "hooks_child.cpp")) as f:
+                segv_line = next(n for n, l in enumerate(f, 1) if "CRASH-SEGV-LINE" in l)
+            symbolized = subprocess.run([CLI, "symbolize", run.crash], capture_output=True, text=True, timeout=60)
+            check(symbolized.returncode == 0, "gpuguard symbolize exits 0", symbolized.stderr)
+            first = symbolized.stdout.split("frames:\n")[-1].splitlines()[:1]
+            check(first and re.search(r" at \S*hooks_child\.cpp:%d \(%s\+0x[0-9a-f]+\)$" % (segv_line, re.escape(CHILD_NAME)),
+                                      first[0]),
+                  "the faulting frame resolves to hooks_child.cpp:%d" % segv_line, symbolized.stdout)
+            check("live on host memory: 3145728 bytes in 1 allocations" in symbolized.stdout,
+                  "symbolize shows the live memory", symbolized.stdout)
+
+# ---- a second SIGTERM during a slow cleanup ends the process at once -----------------------------
+run = Run("slow_cleanup")
+run.send(signal.SIGTERM)
+deadline = time.monotonic() + 10
+while "slow:start" not in run.markers() and time.monotonic() < deadline:
+    time.sleep(0.01)
+second = time.monotonic()
+run.send(signal.SIGTERM)
+run.finish()
+died_by(run, signal.SIGTERM)
+check(run.ended_at - second < 2.0, "a second SIGTERM ends the process at once", run.ended_at - second)
+check(run.markers().count("slow:start") == 1 and "slow:end" not in run.markers(),
+      "the slow cleanup was cut short", run.markers())
+
+# ---- a fault inside a cleanup: crash record, the signal-safe cleanup once -------------------------
+run = Run("faulting_cleanup")
+run.send(signal.SIGTERM)
+run.finish()
+died_by(run, signal.SIGSEGV)
+check(run.markers().count("faulting:start") == 1, "the faulting cleanup ran once", run.markers())
+check(run.markers().count("cleanup:safe") == 1, "the signal-safe cleanup ran once", run.markers())
+check(len(run.crash_records()) == 1, "the fault in a cleanup leaves a crash record", run.stderr[-2000:])
+
+# ---- a handler that hangs: the watchdog ends the process within 3 s, by the same signal -----------
+run = Run("hanging_handler", "SIGSEGV").finish(timeout=20)
+died_by(run, signal.SIGSEGV)
+elapsed = run.ended_at - run.ready_at
+check(2.5 <= elapsed <= 8.0, "the watchdog ended the hung handler after about 3 s", elapsed)
+check("user-handler:hang" in run.markers(), "the program's own handler was chained", run.markers())
+check("did not finish within 3 s" in run.stderr, "the watchdog says so", run.stderr[-1000:])
+crash_record(run, signal.SIGSEGV)
+
+# ---- two threads faulting at once: one record ----------------------------------------------------
+run = Run("two_threads").finish()
+died_by(run, signal.SIGSEGV)
+check(run.stderr.count("[gpuguard] CRASH:") == 1, "one crash report on stderr", run.stderr[-2000:])
+crash_record(run, signal.SIGSEGV)
+
+# ---- an uncaught exception from a thread: logged, cleanups, report, then abort --------------------
+run = Run("throw_in_thread").finish()
+died_by(run, signal.SIGABRT)
+check("[gpuguard] std::terminate: uncaught exception of type std::runtime_error: data loader failed: shard 7 is corrupt"
+      in run.stderr, "the exception's type and what() are logged", run.stderr[-2000:])
+check("live at terminate on host memory: 3.0 MiB in 1 allocations" in run.stderr, "the live ledger is logged",
+      run.stderr[-2000:])
+cleanups_once(run)
+report_lists_live(run)
+end = run.end_line()
+check(end and end["reason"] == "terminate", "the log's end line says terminate", end)
+
+# ---- exit() from another thread while memory is live ----------------------------------------------
+run = Run("exit_from_thread").finish()
+check(run.status == 5, "exit(5) from a thread keeps its status", run.status)
+cleanups_once(run)
+report_lists_live(run)
+
+# ---- handlers the program installed first are kept ------------------------------------------------
+run = Run("user_handlers")
+run.send(signal.SIGTERM)
+run.finish()
+check(run.status == 3, "the program's own SIGTERM handler ran (it exits 3)", run.status)
+check(run.markers().count("user-handler:term") == 1, "the program's SIGTERM handler was called", run.markers())
+cleanups_once(run)
+run = Run("user_handlers", "SIGSEGV").finish()
+died_by(run, signal.SIGSEGV)
+check(run.markers().count("user-handler:segv") == 1, "the program's SIGSEGV handler was chained", run.markers())
+crash_record(run, signal.SIGSEGV)
+
+# ---- children started with gpuguard::spawn end with their parent ----------------------------------
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(") ")[1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def gone_within(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+for how in ("exit", "SIGTERM", "SIGKILL"):
+    run = Run("children", "exit" if how == "exit" else None)
+    child = int(next(l for l in run.lines if l.startswith("child")).split()[1])
+    check(alive(child), "%s: the child runs" % how)
+    if how == "SIGTERM":
+        run.send(signal.SIGTERM)
+    elif how == "SIGKILL":
+        run.send(signal.SIGKILL)
+    run.finish()
+    check(gone_within(child, 3), "%s: the child is gone with its parent" % how)
+    if alive(child):
+        os.kill(child, signal.SIGKILL)
+
+# symbolize: bad input gets clear errors.
+bad = subprocess.run([CLI, "symbolize", os.path.join(tmp, "missing.json")], capture_output=True, text=True)
+check(bad.returncode == 1 and "cannot read" in bad.stderr and "missing.json" in bad.stderr, "symbolize: a missing file", bad.stderr)
+not_crash = os.path.join(tmp, "not-a-crash.json")
+with open(not_crash, "w") as f:
+    f.write('{"schema":"gpuguard.leaks"}\n{broken\n')
+bad = subprocess.run([CLI, "symbolize", not_crash], capture_output=True, text=True)
+check(bad.returncode == 1 and ":1: not a gpuguard crash record" in bad.stderr and ":2: not a gpuguard crash record: " in bad.stderr,
+      "symbolize: lines that are not crash records are named", bad.stderr)
+bad = subprocess.run([CLI, "symbolize"], capture_output=True, text=True)
+check(bad.returncode == 2 and "usage:" in bad.stderr, "symbolize: no file is a usage error", bad.stderr)
+bad = subprocess.run([CLI, "symbolize", "--frobnicate", "x"], capture_output=True, text=True)
+check(bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr, "symbolize: unknown option", bad.stderr)
+
+if failures:
+    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
+    sys.exit(1)
+shutil.rmtree(tmp)
+print("hooks_test: all checks passed")
