@@ -58,6 +58,8 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.alert_hysteresis, defaults.alert_hysteresis);
   EXPECT_EQ(parsed.values.alert_op_growth, defaults.alert_op_growth);
   EXPECT_EQ(parsed.values.queue_capacity, defaults.queue_capacity);
+  EXPECT_EQ(parsed.values.hooks, defaults.hooks);
+  EXPECT_EQ(parsed.values.crash_file, defaults.crash_file);
   return parsed.errors.empty() ? std::string() : parsed.errors.front();
 }
 
@@ -96,6 +98,15 @@ TEST(options, defaults) {
   EXPECT_DOUBLE_EQ(o.alert_hysteresis, 0.05);
   EXPECT_EQ(o.alert_op_growth, 0U);
   EXPECT_EQ(o.queue_capacity, 16384U);
+  EXPECT_TRUE(o.hooks);
+  EXPECT_EQ(o.crash_file, "");
+}
+
+TEST(options, hooks_and_crash_file) {
+  const options o = parse_ok("hooks=0:crash_file=/var/tmp/crash-%p.json");
+  EXPECT_FALSE(o.hooks);
+  EXPECT_EQ(o.crash_file, "/var/tmp/crash-%p.json");
+  EXPECT_EQ(one_error("hooks=off"), bad_value("off", "hooks", boolean_expected));
 }
 
 TEST(options, output_paths) {
