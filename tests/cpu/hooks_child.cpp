@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     std::signal(SIGSEGV, hang_forever);
   }
 
-  live().reserve(16);
+  live().reserve(32);
   gpuguard::enable_tracking();
   gpuguard::register_cleanup("ordinary", [] { mark("cleanup:ordinary\n"); }).keep();
   gpuguard::register_signal_safe_cleanup("signal-safe", safe_cleanup, nullptr).keep();
@@ -209,6 +209,27 @@ int main(int argc, char** argv) {
     std::thread worker([] { std::exit(5); });
     worker.join();
     wait_for_signal();
+  }
+  if (mode == "gpu_exit") {
+    // A cleanup frees device memory at exit: it runs before the CUDA runtime's teardown, so the
+    // frees succeed and no "CUDA runtime unloading" error surfaces.
+    for (int i = 0; i < 16; ++i) { live().emplace_back(256 * mib); }
+    gpuguard::register_cleanup("free the weights", [] { live().clear(); }).keep();
+    ready();
+    return 0;
+  }
+  if (mode == "gpu_loop" || mode == "gpu_throw") {
+    // 4 GiB live on the GPU, like a model's weights and optimizer state, then training-like churn.
+    for (int i = 0; i < 16; ++i) { live().emplace_back(256 * mib); }
+    ready();
+    const auto start = std::chrono::steady_clock::now();
+    for (int step = 0;; ++step) {
+      const gpuguard::device_buffer activations(64 * mib);
+      if (mode == "gpu_throw" && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500)) {
+        throw std::runtime_error("CUDA kernel reported an illegal loss value at step " + std::to_string(step));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   if (mode == "children") {
     // A child in its own group that would outlive us: the exit paths end it.
