@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Runs gpuguard_tracking_bench (or reads a JSON result it wrote) and writes what tracking costs,
-as differences and ratios against the untracked baseline of the same run, into a Markdown file.
+"""Runs gpuguard's benchmark programs (or reads a JSON result it wrote) and writes what tracking,
+operation scopes and the outputs cost, as differences and ratios against the baseline of the same
+run, and the JSONL writer's rate, into a Markdown file.
 
-    python3 benchmarks/run_benchmarks.py [--bench BINARY] [--out docs/benchmarks.md]
+    python3 benchmarks/run_benchmarks.py [--bench BINARY]... [--out docs/benchmarks.md]
         [--append-section NAME] [--json-in FILE | --json-out FILE] [--min-time T]
         [--repetitions 5]
 
-Without --json-in the benchmark runs as
-    BINARY --benchmark_format=json --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-and the median aggregates are used. With --json-in the Markdown is built from that JSON instead.
+--bench names one program and may be repeated; without it, both programs of build/benchmarks run
+(gpuguard_tracking_bench, then gpuguard_ops_bench). Without --json-in each program runs as
+    BINARY --benchmark_format=json --benchmark_repetitions=5
+its results are put into one JSON document, and the median aggregates are used. Every repetition
+is kept in the JSON, because Google Benchmark leaves a repetition that failed (SkipWithError) out
+of the aggregates: a benchmark with any failed repetition is reported as not run. With --json-in
+the Markdown is built from that JSON instead. The tables of a program appear when it ran (or when
+the JSON holds any of its results); a benchmark of it missing from the run shows as "not run".
 
 Without --append-section the output file is replaced by one report ("## Results"). With --append-section NAME
 the report becomes the section "## NAME" of the file: a section of that name is replaced, every
@@ -30,12 +36,16 @@ import subprocess
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_BENCH = os.path.join(REPO_ROOT, "build", "benchmarks", "gpuguard_tracking_bench")
+TRACKING_PROGRAM = "gpuguard_tracking_bench"
+OPS_PROGRAM = "gpuguard_ops_bench"
+DEFAULT_BENCHES = [os.path.join(REPO_ROOT, "build", "benchmarks", name)
+                   for name in (TRACKING_PROGRAM, OPS_PROGRAM)]
 DEFAULT_OUT = os.path.join(REPO_ROOT, "docs", "benchmarks.md")
 TITLE = "# Benchmarks"
-INTRO = ("What tracking costs, measured by `benchmarks/gpuguard_tracking_bench` and written by "
-         "`benchmarks/run_benchmarks.py`. Every tracked benchmark is compared with its untracked "
-         "baseline (or its stacks-off variant) from the same run.")
+INTRO = ("What tracking, operation scopes and the outputs cost, measured by "
+         "`benchmarks/gpuguard_tracking_bench` and `benchmarks/gpuguard_ops_bench` and written by "
+         "`benchmarks/run_benchmarks.py`. Every measured benchmark is compared with its baseline "
+         "from the same run.")
 NO_GPU = "no CUDA device"  # the SkipWithError message of the CUDA benchmarks
 
 # Benchmark run names, as Google Benchmark spells them.
@@ -67,6 +77,48 @@ PAIR_TARGETS = [
 THREADS_HEADING = "Host memory, 16 threads: throughput of tracked at 16 threads / at 1 thread"
 THREADS_LIMIT = 8.0
 
+# gpuguard_ops_bench. Its scope benchmarks time batches of bodies, so their times are per body:
+# 1e9 / items_per_second (items are bodies), with the producer's CPU time per body beside it.
+SCOPE_BASELINE = "BM_op_scope/baseline/manual_time"
+SCOPE_SCOPED = "BM_op_scope/scoped/manual_time"
+SCOPE_NVTX_OFF = "BM_op_scope/scoped_nvtx_off/manual_time"
+SCOPE_NO_SINK = "BM_op_scope/scoped_no_sink/manual_time"
+PAIR_BASELINE = "BM_op_scope_pair/baseline/manual_time"
+PAIR_SCOPED = "BM_op_scope_pair/scoped/manual_time"
+LATENCY_BASELINE = "BM_op_scope_latency/baseline/manual_time"
+LATENCY_SCOPED = "BM_op_scope_latency/scoped/manual_time"
+WRITER_FILE = "BM_jsonl_sink/file/real_time"
+WRITER_DEV_NULL = "BM_jsonl_sink/dev_null/real_time"
+OPS_PREFIXES = ("BM_op_scope", "BM_jsonl_sink")
+
+# (heading, baseline, measured, limit): added time per body, measured - baseline <= limit ns;
+# limit None: a comparison, no verdict.
+SCOPE_TARGETS = [
+    ("Operation scope, empty body, nvtx=1 (default), JSONL writer running: added time per scope",
+     SCOPE_BASELINE, SCOPE_SCOPED, 100.0),
+    ("Operation scope, empty body, nvtx=0, JSONL writer running: added time per scope",
+     SCOPE_BASELINE, SCOPE_NVTX_OFF, 100.0),
+    ("Operation scope around a tracked 256 B host allocate+deallocate pair, nvtx=1, JSONL writer "
+     "running: added time per scope", PAIR_BASELINE, PAIR_SCOPED, 100.0),
+    ("Producer with the JSONL writer busy / with no sink at all: time per scope (nvtx=1)",
+     SCOPE_NO_SINK, SCOPE_SCOPED, None),
+]
+LATENCY_HEADING = ("Latency of each scope while the writer drains the queue (empty body, nvtx=1, "
+                   "JSONL writer running)")
+LATENCY_COUNTERS = (("p50_ns", "p50"), ("p99_ns", "p99"), ("p999_ns", "p99.9"), ("max_ns", "max"))
+PRODUCER_HEADING = ("Producer thread during the timed batches: does it wait while the writer "
+                    "works?")
+# (benchmark, judged): a judged row must show no voluntary context switch in its timed batches.
+PRODUCER_ROWS = [(SCOPE_BASELINE, False), (SCOPE_SCOPED, True), (SCOPE_NVTX_OFF, True),
+                 (SCOPE_NO_SINK, True), (PAIR_BASELINE, False), (PAIR_SCOPED, True),
+                 (LATENCY_SCOPED, True)]
+WRITER_HEADING = "JSONL sink: events written per second by the writer thread, none dropped"
+# (benchmark, what it writes to, limit events/s or None for a comparison)
+WRITER_TARGETS = [
+    (WRITER_FILE, "a file in the temp directory", 1e6),
+    (WRITER_DEV_NULL, "/dev/null", None),
+]
+
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -81,11 +133,14 @@ class Result:
         self.repetitions = None
         self.cv_percent = None  # coefficient of variation of real time across repetitions
         self.not_run = None  # reason text when the benchmark was skipped or failed
+        self.counters = {}  # user counters (dropped, cpu_ns_per_op, p99_ns, ...): their medians
+        self.mean_counters = {}  # their means: a count that must stay 0 is judged on the mean
 
 
 def results_from(document):
     """Median results by run name. A benchmark with a median aggregate uses it; one that has only
-    iteration entries (a run without repetitions) uses the median of those."""
+    iteration entries (a run without repetitions) uses the median of those. A benchmark with any
+    failed or skipped entry is not run, whatever its aggregates say."""
     by_name = {}
     iterations = {}
     for entry in document.get("benchmarks", []):
@@ -102,11 +157,14 @@ def results_from(document):
                 result.real_ns = entry["real_time"] * unit
                 result.items_per_second = entry.get("items_per_second")
                 result.repetitions = entry.get("repetitions")
+                result.counters = counters_of(entry)
+            elif entry.get("aggregate_name") == "mean":
+                result.mean_counters = counters_of(entry)
             elif entry.get("aggregate_name") == "cv":
                 result.cv_percent = entry["real_time"] * 100.0  # a fraction, whatever time_unit says
         else:
             iterations.setdefault(name, []).append(
-                (entry["real_time"] * unit, entry.get("items_per_second")))
+                (entry["real_time"] * unit, entry.get("items_per_second"), counters_of(entry)))
     for name, runs in iterations.items():
         result = by_name[name]
         if result.real_ns is None and result.not_run is None:
@@ -114,7 +172,23 @@ def results_from(document):
             rates = [r[1] for r in runs if r[1] is not None]
             result.items_per_second = statistics.median(rates) if rates else None
             result.repetitions = len(runs)
+            keys = set().union(*(r[2] for r in runs))
+            result.counters = {k: statistics.median(r[2][k] for r in runs if k in r[2])
+                               for k in keys}
+            result.mean_counters = {k: statistics.mean(r[2][k] for r in runs if k in r[2])
+                                    for k in keys}
     return by_name
+
+
+# The fields Google Benchmark writes for every run; any other number is a user counter.
+STANDARD_FIELDS = {"family_index", "per_family_instance_index", "repetitions", "repetition_index",
+                   "threads", "iterations", "real_time", "cpu_time", "items_per_second",
+                   "bytes_per_second"}
+
+
+def counters_of(entry):
+    return {k: v for k, v in entry.items()
+            if k not in STANDARD_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def lookup(results, name):
@@ -132,6 +206,34 @@ def throughput(result):
     if result.items_per_second:
         return result.items_per_second
     return 1e9 / result.real_ns
+
+
+def per_item_ns(result):
+    """Time per item (per body of a batch): 1e9 / items/s, or real time per iteration."""
+    return 1e9 / throughput(result)
+
+
+def program_of(name):
+    """The program a benchmark belongs to, by its name."""
+    return OPS_PROGRAM if name.startswith(OPS_PREFIXES) else TRACKING_PROGRAM
+
+
+def bench_commands(document):
+    context = document.get("context", {})
+    commands = context.get("gpuguard_bench_commands")
+    if commands:
+        return list(commands)
+    return [context["gpuguard_bench_command"]] if context.get("gpuguard_bench_command") else []
+
+
+def programs_in(document, results):
+    """The programs whose tables the report holds: those that ran, and those with results."""
+    programs = {program_of(name) for name in results}
+    for command in bench_commands(document):
+        words = shlex.split(command)
+        if words and os.path.basename(words[0]) in (TRACKING_PROGRAM, OPS_PROGRAM):
+            programs.add(os.path.basename(words[0]))
+    return programs
 
 
 # ---- the machine ------------------------------------------------------------------------------------
@@ -261,25 +363,158 @@ def threads_table(results, cores):
     return lines
 
 
+def cpu_ns(result):
+    value = result.counters.get("cpu_ns_per_op")
+    return "%.1f" % value if value is not None else "-"
+
+
+def scope_table(results, heading, baseline_name, measured_name, limit):
+    baseline, measured = lookup(results, baseline_name), lookup(results, measured_name)
+    target = ("<= %g ns" % limit) if limit is not None else "(comparison)"
+    lines = ["### " + heading, "",
+             "| baseline | baseline ns | measured | measured ns | added ns | baseline cpu ns "
+             "| measured cpu ns | added cpu ns | target | verdict |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    reason = not_run_reason(baseline, measured)
+    if reason:
+        lines.append("| `%s` | - | `%s` | - | - | - | - | - | %s | %s |"
+                     % (baseline_name, measured_name, target, reason))
+        return lines
+    added = per_item_ns(measured) - per_item_ns(baseline)
+    cpu_base = baseline.counters.get("cpu_ns_per_op")
+    cpu_measured = measured.counters.get("cpu_ns_per_op")
+    cpu_added = ("%+.1f" % (cpu_measured - cpu_base)
+                 if cpu_base is not None and cpu_measured is not None else "-")
+    lines.append("| `%s` | %s | `%s` | %s | %+.1f | %s | %s | %s | %s | %s |"
+                 % (baseline_name, ns(per_item_ns(baseline)), measured_name,
+                    ns(per_item_ns(measured)), added, cpu_ns(baseline), cpu_ns(measured),
+                    cpu_added, target, verdict(added <= limit) if limit is not None else "-"))
+    return lines
+
+
+def latency_table(results):
+    lines = ["### " + LATENCY_HEADING, "",
+             "Each body timed on its own with two steady_clock reads, over every body of the run; "
+             "the baseline is the two clock reads around the empty body. A producer that waited "
+             "for the writer would show it in the upper percentiles; max also holds the times the "
+             "thread lost its core to something else.", "",
+             "| benchmark | %s |" % " | ".join("%s ns" % label for _, label in LATENCY_COUNTERS),
+             "| --- |%s" % (" ---: |" * len(LATENCY_COUNTERS))]
+    baseline, scoped = lookup(results, LATENCY_BASELINE), lookup(results, LATENCY_SCOPED)
+    for result in (baseline, scoped):
+        reason = not_run_reason(result)
+        if reason or any(key not in result.counters for key, _ in LATENCY_COUNTERS):
+            lines.append("| `%s` | %s |" % (result.name, " | ".join(
+                [reason or "not run (no percentiles)"] * len(LATENCY_COUNTERS))))
+        else:
+            lines.append("| `%s` | %s |" % (result.name, " | ".join(
+                "%.0f" % result.counters[key] for key, _ in LATENCY_COUNTERS)))
+    if not not_run_reason(baseline, scoped) and all(
+            key in r.counters for r in (baseline, scoped) for key, _ in LATENCY_COUNTERS):
+        # The maxima are single events of two different runs: their difference means nothing.
+        lines.append("| added by the scope | %s |" % " | ".join(
+            "%+.0f" % (scoped.counters[key] - baseline.counters[key]) if key != "max_ns" else "-"
+            for key, _ in LATENCY_COUNTERS))
+    return lines
+
+
+def producer_table(results):
+    lines = ["### " + PRODUCER_HEADING, "",
+             "Context switches of the producer thread per timed batch of 8192 bodies, the mean of "
+             "the repetitions (so a wait in any repetition shows). A wait is a voluntary switch: "
+             "the thread blocked (a lock, a sleep, I/O); the target is none. A preemption is an "
+             "involuntary switch: the thread could run but another thread had its core. The "
+             "baselines queue no events, so the writer stays asleep during them.", "",
+             "| benchmark | ns per body | cpu ns per body | waits per batch | preemptions per batch "
+             "| target | verdict |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for name, judged in PRODUCER_ROWS:
+        result = lookup(results, name)
+        target = "no waits" if judged else "(comparison)"
+        reason = not_run_reason(result)
+        waits = result.mean_counters.get("waits_per_batch")
+        preemptions = result.mean_counters.get("preemptions_per_batch")
+        if reason or waits is None or preemptions is None:
+            lines.append("| `%s` | - | - | - | - | %s | %s |"
+                         % (name, target, reason or "not run (no switch counts)"))
+            continue
+        lines.append("| `%s` | %s | %s | %.3g | %.3g | %s | %s |"
+                     % (name, ns(per_item_ns(result)), cpu_ns(result), waits, preemptions, target,
+                        verdict(waits == 0) if judged else "-"))
+    return lines
+
+
+def writer_table(results):
+    lines = ["### " + WRITER_HEADING, "",
+             "One iteration queues 65536 empty scopes and waits until the writer has written them "
+             "all; the producer keeps at most half the queue in flight, so the writer sets the pace. "
+             "A run that dropped an event, or whose sink failed, is reported as not run.", "",
+             "| benchmark | writes to | ns per event | events/s | bytes per event | dropped "
+             "| target | verdict |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for name, where, limit in WRITER_TARGETS:
+        result = lookup(results, name)
+        target = (">= %.3g events/s" % limit) if limit is not None else "(comparison)"
+        reason = not_run_reason(result)
+        if reason:
+            lines.append("| `%s` | %s | - | - | - | - | %s | %s |" % (name, where, target, reason))
+            continue
+        rate = throughput(result)
+        dropped = result.counters.get("dropped")
+        size = result.counters.get("bytes_per_event")
+        if limit is None:
+            judged = "-"
+        elif dropped is None:
+            judged = "MISS (no drop count)"
+        else:
+            judged = verdict(rate >= limit and dropped == 0)
+        lines.append("| `%s` | %s | %s | %.3g | %s | %s | %s | %s |"
+                     % (name, where, ns(1e9 / rate), rate,
+                        "%.0f" % size if size is not None else "-",
+                        "%d" % dropped if dropped is not None else "-", target, judged))
+    return lines
+
+
+def ops_tables(results):
+    lines = ["**Operation scopes and the outputs** (`gpuguard_ops_bench`): every scope benchmark "
+             "times batches of 8192 bodies while the writer thread drains the queue into the JSONL "
+             "sink (/dev/null); times are per body (median batch time / 8192), and cpu ns is the "
+             "producer thread's CPU time per body, which leaves out time it spent off its core. "
+             "The verdicts judge the wall time.", ""]
+    for heading, baseline, measured, limit in SCOPE_TARGETS:
+        lines += scope_table(results, heading, baseline, measured, limit) + [""]
+    lines += producer_table(results) + [""]
+    lines += latency_table(results) + [""]
+    lines += writer_table(results) + [""]
+    return lines
+
+
 def section_body(document, command):
     results = results_from(document)
     context = document.get("context", {})
     machine = context.get("gpuguard_machine") or {}
     cores = machine.get("cores") or context.get("num_cpus") or 0
     repetitions = sorted({r.repetitions for r in results.values() if r.repetitions})
+    programs = programs_in(document, results)
     lines = machine_lines(document)
     lines.append("- date: %s" % utc_date(document))
     lines.append("- command: `%s`" % command)
-    if context.get("gpuguard_bench_command"):
-        lines.append("- benchmark command: `%s`" % context["gpuguard_bench_command"])
-    lines += ["- times: median of %s repetitions, real time per iteration (one allocate+deallocate "
-              "pair)" % ("/".join(str(r) for r in repetitions) or "?"), ""]
-    first = True
-    for heading, kind, baseline, measured, limit in PAIR_TARGETS:
-        lines += pair_table(results, heading, kind, baseline, measured, limit) + [""]
-        if first:  # the threads table follows the single-thread host pair
-            lines += threads_table(results, cores) + [""]
-            first = False
+    for bench_command in bench_commands(document):
+        lines.append("- benchmark command: `%s`" % bench_command)
+    shown = "/".join(str(r) for r in repetitions) or "?"
+    if TRACKING_PROGRAM in programs:
+        lines += ["- times: median of %s repetitions, real time per iteration (one allocate+"
+                  "deallocate pair)" % shown, ""]
+        first = True
+        for heading, kind, baseline, measured, limit in PAIR_TARGETS:
+            lines += pair_table(results, heading, kind, baseline, measured, limit) + [""]
+            if first:  # the threads table follows the single-thread host pair
+                lines += threads_table(results, cores) + [""]
+                first = False
+    else:
+        lines += ["- times: median of %s repetitions" % shown, ""]
+    if OPS_PROGRAM in programs:
+        lines += ops_tables(results)
     lines += ["### All medians", "",
               "cv is the coefficient of variation of real time across the repetitions: a ratio "
               "closer to its target than the cvs of its two benchmarks is within the noise.", "",
@@ -327,26 +562,47 @@ def with_section(old_text, name, body):
 
 
 # ---- running ----------------------------------------------------------------------------------------
-def run_bench(args):
-    cmd = [args.bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions,
-           "--benchmark_report_aggregates_only=true"]
+def run_one(bench, args):
+    """(command, JSON document) of one program's run."""
+    cmd = [bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions]
     if args.min_time:
         cmd.append("--benchmark_min_time=%s" % args.min_time)
     if args.filter:
         cmd.append("--benchmark_filter=%s" % args.filter)
     print("run_benchmarks.py: running %s" % shlex.join(cmd), file=sys.stderr)
-    run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    except OSError as error:
+        sys.exit("run_benchmarks.py: cannot run %s: %s" % (bench, error))
     if run.returncode != 0:
-        sys.exit("run_benchmarks.py: %s exited with %d" % (args.bench, run.returncode))
-    document = json.loads(run.stdout)
-    document.setdefault("context", {})["gpuguard_machine"] = describe_machine()
-    document["context"]["gpuguard_bench_command"] = shlex.join(cmd)
+        sys.exit("run_benchmarks.py: %s exited with %d" % (bench, run.returncode))
+    # A filter that matches nothing in this program leaves no JSON at all.
+    return shlex.join(cmd), (json.loads(run.stdout) if run.stdout.strip() else {})
+
+
+def run_benches(args):
+    """Runs every program and puts their results into one document: the context of the first
+    program that wrote one (with the machine and the commands added) and the benchmarks of all,
+    in order."""
+    document = {"context": {}, "benchmarks": []}
+    commands = []
+    for bench in args.bench or DEFAULT_BENCHES:
+        command, one = run_one(bench, args)
+        commands.append(command)
+        if not document["context"]:
+            document["context"] = dict(one.get("context", {}))
+        document["benchmarks"] += one.get("benchmarks", [])
+    document["context"]["gpuguard_machine"] = describe_machine()
+    document["context"]["gpuguard_bench_command"] = commands[0]
+    document["context"]["gpuguard_bench_commands"] = commands
     return document
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bench", default=DEFAULT_BENCH, help="gpuguard_tracking_bench binary")
+    parser.add_argument("--bench", action="append", metavar="BINARY",
+                        help="a benchmark program; repeat for several (default: %s and %s in "
+                             "build/benchmarks)" % (TRACKING_PROGRAM, OPS_PROGRAM))
     parser.add_argument("--out", default=DEFAULT_OUT, help="Markdown file (default docs/benchmarks.md)")
     parser.add_argument("--append-section", metavar="NAME",
                         help="write the report as section '## NAME' of --out, keeping others")
@@ -361,7 +617,7 @@ def main():
         with open(args.json_in) as f:
             document = json.load(f)
     else:
-        document = run_bench(args)
+        document = run_benches(args)
         if args.json_out:
             with open(args.json_out, "w") as f:
                 json.dump(document, f, indent=2)

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""Checks run_benchmarks.py on a recorded run, without running any benchmark.
+"""Checks run_benchmarks.py on recorded runs, without running any real benchmark.
 
 testdata/sample.json is the JSON that `run_benchmarks.py --json-out` kept from a run of
 gpuguard_tracking_bench on the H200 GPU machine (5 repetitions, aggregates only). From it the test
 checks the table rows and PASS/MISS verdicts, derives a no-GPU variant (the CUDA benchmarks
 replaced by the entries Google Benchmark writes for SkipWithError), and checks that
---append-section replaces its own section and keeps the others. Plain python3; exits non-zero on
-the first failed check.
+--append-section replaces its own section and keeps the others.
+
+testdata/cpu_machine_2026-12-02.json is the JSON of a run of both programs (gpuguard_tracking_bench
+and gpuguard_ops_bench) on the 2-core CPU machine, every repetition kept: the source of the CPU
+section of docs/benchmarks.md. From it the test checks the operation-scope, producer, latency and
+JSONL-writer rows and verdicts, that a failed repetition hidden by the aggregates still makes its
+benchmark "not run", and, with stand-in programs that print parts of it, that several --bench
+programs are run and their results merged. Plain python3; exits non-zero on the first failed check.
 """
 import copy
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +25,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "run_benchmarks.py")
 SAMPLE = os.path.join(HERE, "testdata", "sample.json")
+CPU_RUN = os.path.join(HERE, "testdata", "cpu_machine_2026-12-02.json")
 NO_GPU = "not run (no GPU on this machine)"
 CUDA_NAMES = ("BM_cuda_malloc_pair/untracked/real_time", "BM_cuda_malloc_pair/tracked/real_time",
               "BM_cuda_async_pair/untracked/real_time", "BM_cuda_async_pair/tracked/real_time")
@@ -44,10 +52,13 @@ def median(document, name, field="real_time"):
     raise AssertionError("no median for " + name)
 
 
-def set_median(document, name, field, value):
+def set_median(document, name, field, value, aggregate="median"):
+    found = False
     for entry in document["benchmarks"]:
-        if entry.get("run_name") == name and entry.get("aggregate_name") == "median":
+        if entry.get("run_name") == name and entry.get("aggregate_name") == aggregate:
             entry[field] = value
+            found = True
+    assert found, "no %s for %s" % (aggregate, name)
 
 
 def without_gpu(document):
@@ -127,6 +138,213 @@ def headings(text):
     return [line for line in text.splitlines() if line.startswith("## ")]
 
 
+# ---- gpuguard_ops_bench ---------------------------------------------------------------------------
+SCOPED = "BM_op_scope/scoped/manual_time"
+SCOPE_BASELINE = "BM_op_scope/baseline/manual_time"
+PAIR_SCOPED = "BM_op_scope_pair/scoped/manual_time"
+PAIR_BASELINE = "BM_op_scope_pair/baseline/manual_time"
+WRITER_FILE = "BM_jsonl_sink/file/real_time"
+
+
+def table(text, heading_start):
+    """The one table whose heading starts with heading_start, up to the next heading."""
+    parts = [p for p in text.split("\n### ") if p.startswith(heading_start)]
+    assert len(parts) == 1, "one table %r, found %d:\n%s" % (heading_start, len(parts), text)
+    return parts[0]
+
+
+def per_body_ns(document, name):
+    return 1e9 / median(document, name, "items_per_second")
+
+
+def check_cpu_report(text, doc):
+    """The CPU machine's run of both programs, as recorded."""
+    assert "- CPU: Intel(R) Xeon(R) Processor, 2 logical cores" in text, text
+    assert "- GPU: none (no nvidia-smi, or it found no GPU)" in text, text
+    assert "- date: 2026-12-02 21:57:36 UTC" in text, text
+    assert "- benchmark command: `build-bench/benchmarks/gpuguard_tracking_bench " \
+           "--benchmark_format=json --benchmark_repetitions=5`\n" \
+           "- benchmark command: `build-bench/benchmarks/gpuguard_ops_bench " \
+           "--benchmark_format=json --benchmark_repetitions=5`\n" in text, text
+    assert "secret-host-name" not in text and "| vm |" not in text
+
+    # The tracking tables are there too, with the CUDA rows not run on this machine.
+    assert row(text, "`BM_host_pair/untracked/real_time/threads:1`") == (
+        "| `BM_host_pair/untracked/real_time/threads:1` | 30.4 | "
+        "`BM_host_pair/tracked/real_time/threads:1` | 140.9 | +110.6 | <= 50 ns | MISS |")
+    assert row(text, "`BM_cuda_malloc_pair/untracked/real_time`").endswith(
+        "| <= 1.02 | %s |" % NO_GPU)
+
+    # Scope targets: per-body times, 1e9 / items_per_second of the median.
+    scope_rows = [line for line in tables(text).splitlines()
+                  if line.startswith("| `%s` |" % SCOPE_BASELINE) and "manual_time` | 0.3 | `" in line]
+    assert scope_rows == [
+        "| `BM_op_scope/baseline/manual_time` | 0.3 | `BM_op_scope/scoped/manual_time` | 70.7 | "
+        "+70.4 | 0.3 | 63.8 | +63.5 | <= 100 ns | PASS |",
+        "| `BM_op_scope/baseline/manual_time` | 0.3 | `BM_op_scope/scoped_nvtx_off/manual_time` | "
+        "68.3 | +68.1 | 0.3 | 67.5 | +67.2 | <= 100 ns | PASS |"], scope_rows
+    assert row(table(text, "Operation scope around"), "`%s`" % PAIR_BASELINE) == (
+        "| `BM_op_scope_pair/baseline/manual_time` | 186.5 | `BM_op_scope_pair/scoped/manual_time` | "
+        "291.0 | +104.5 | 186.7 | 233.5 | +46.8 | <= 100 ns | MISS |")
+    assert row(table(text, "Producer with"), "`BM_op_scope/scoped_no_sink/manual_time`") == (
+        "| `BM_op_scope/scoped_no_sink/manual_time` | 66.6 | `BM_op_scope/scoped/manual_time` | "
+        "70.7 | +4.0 | 66.7 | 63.8 | -2.9 | (comparison) | - |")
+    added = per_body_ns(doc, PAIR_SCOPED) - per_body_ns(doc, PAIR_BASELINE)
+    assert "| %+.1f | 186.7 |" % added in text
+    cpu_added = (median(doc, SCOPED, "cpu_ns_per_op")
+                 - median(doc, SCOPE_BASELINE, "cpu_ns_per_op"))
+    assert "| %+.1f | <= 100 ns |" % cpu_added in text
+
+    # The producer never waited; it was preempted, mostly while the writer had work.
+    producer = table(text, "Producer thread during")
+    assert "| `BM_op_scope_pair/scoped/manual_time` | 291.0 | 233.5 | 0 | 0.49 | no waits | PASS |" \
+        in producer, producer
+    assert "| `BM_op_scope/baseline/manual_time` | 0.3 | 0.3 | 0 | 9.89e-05 | (comparison) | - |" \
+        in producer, producer
+    assert producer.count("| no waits | PASS |") == 5 and "MISS" not in producer, producer
+
+    # Latency percentiles; the maxima are not subtracted.
+    latency = table(text, "Latency of each scope")
+    assert row(latency, "`BM_op_scope_latency/baseline/manual_time`") == (
+        "| `BM_op_scope_latency/baseline/manual_time` | 16 | 17 | 19 | 67167 |")
+    assert row(latency, "`BM_op_scope_latency/scoped/manual_time`") == (
+        "| `BM_op_scope_latency/scoped/manual_time` | 79 | 116 | 396 | 915877 |")
+    assert row(latency, "added by the scope") == "| added by the scope | +63 | +99 | +377 | - |"
+
+    # The JSONL writer's rate into a file, with its drop count; /dev/null for comparison.
+    assert row(text, "`%s`" % WRITER_FILE) == (
+        "| `BM_jsonl_sink/file/real_time` | a file in the temp directory | 403.1 | 2.48e+06 | 183 "
+        "| 0 | >= 1e+06 events/s | PASS |")
+    assert row(text, "`BM_jsonl_sink/dev_null/real_time`") == (
+        "| `BM_jsonl_sink/dev_null/real_time` | /dev/null | 333.3 | 3e+06 | - | 0 | (comparison) "
+        "| - |")
+    assert "| %.3g |" % median(doc, WRITER_FILE, "items_per_second") in text
+    assert text.count("| PASS |") == 2 + 5 + 1, text
+    assert text.count("| MISS |") == 4 + 1, text  # four tracking targets, the pair scope
+
+
+def check_ops_verdicts(tmp, doc, out):
+    """Each ops verdict follows its numbers, on both sides of its limit."""
+    def with_body_ns(document, name, value):
+        set_median(document, name, "items_per_second", 1e9 / value)
+
+    better = copy.deepcopy(doc)
+    with_body_ns(better, PAIR_BASELINE, 200.0)
+    with_body_ns(better, PAIR_SCOPED, 300.0)  # exactly +100 ns
+    text = run(tmp, better, out)
+    assert row(table(text, "Operation scope around"), "`%s`" % PAIR_BASELINE).endswith(
+        "| +100.0 | 186.7 | 233.5 | +46.8 | <= 100 ns | PASS |"), text
+    worse = copy.deepcopy(doc)
+    with_body_ns(worse, SCOPE_BASELINE, 1.0)
+    with_body_ns(worse, SCOPED, 101.5)
+    set_median(worse, WRITER_FILE, "items_per_second", 999999.0)
+    set_median(worse, "BM_op_scope/scoped_nvtx_off/manual_time", "waits_per_batch", 0.2, "mean")
+    text = run(tmp, worse, out)
+    assert "| 1.0 | `BM_op_scope/scoped/manual_time` | 101.5 | +100.5 |" in text, text
+    assert "| +100.5 | 0.3 | 63.8 | +63.5 | <= 100 ns | MISS |" in text, text
+    assert "| 1e+06 | 183 | 0 | >= 1e+06 events/s | MISS |" in text, text
+    assert "| `BM_op_scope/scoped_nvtx_off/manual_time` | 68.3 | 67.5 | 0.2 | 0.0335 | no waits " \
+           "| MISS |" in text, text
+    # A drop count above zero is a miss whatever the rate.
+    dropped = copy.deepcopy(doc)
+    set_median(dropped, WRITER_FILE, "dropped", 3.0)
+    text = run(tmp, dropped, out)
+    assert "| 2.48e+06 | 183 | 3 | >= 1e+06 events/s | MISS |" in text, text
+
+
+def check_failed_repetition(tmp, doc, out):
+    """Google Benchmark leaves a repetition that failed out of the aggregates; the report does not."""
+    failed = copy.deepcopy(doc)
+    for entry in failed["benchmarks"]:
+        if entry["run_name"] == WRITER_FILE and entry.get("repetition_index") == 2:
+            for key in ("real_time", "cpu_time", "items_per_second", "dropped", "bytes_per_event"):
+                entry.pop(key, None)
+            entry.update({"error_occurred": True, "iterations": 0,
+                          "error_message": "events were dropped: the output queue was full"})
+            break
+    else:
+        raise AssertionError("no repetition 2 of " + WRITER_FILE)
+    assert median(failed, WRITER_FILE, "items_per_second") > 1e6  # the aggregate still looks good
+    text = run(tmp, failed, out)
+    assert row(text, "`%s`" % WRITER_FILE) == (
+        "| `BM_jsonl_sink/file/real_time` | a file in the temp directory | - | - | - | - "
+        "| >= 1e+06 events/s | not run (skipped: events were dropped: the output queue was full) |")
+
+
+def check_programs(tmp, doc, sample):
+    """Only the tables of the programs that ran; several --bench programs are run and merged."""
+    # The tracking program alone (the H200 sample): no ops tables at all.
+    text = run(tmp, sample, os.path.join(tmp, "tracking.md"))
+    assert "Operation scope" not in text and "JSONL" not in text, text
+    # The ops program alone: no tracking tables.
+    ops_only = copy.deepcopy(doc)
+    ops_only["benchmarks"] = [e for e in doc["benchmarks"]
+                              if e["run_name"].startswith(("BM_op_scope", "BM_jsonl_sink"))]
+    ops_only["context"]["gpuguard_bench_commands"] = doc["context"]["gpuguard_bench_commands"][1:]
+    text = run(tmp, ops_only, os.path.join(tmp, "ops.md"))
+    assert "Host memory" not in text and "cudaMalloc" not in text, text
+    assert "- times: median of 5 repetitions\n" in text, text
+    assert text.count("| PASS |") == 2 + 5 + 1 and text.count("| MISS |") == 1, text
+    # An ops program that ran but lost a benchmark shows it as not in this run.
+    lost = copy.deepcopy(ops_only)
+    lost["benchmarks"] = [e for e in lost["benchmarks"] if e["run_name"] != WRITER_FILE]
+    text = run(tmp, lost, os.path.join(tmp, "lost.md"))
+    assert "| >= 1e+06 events/s | not run (not in this run) |" in text, text
+
+    # Stand-ins for the two programs print their part of the recorded run and their arguments.
+    programs = []
+    for name, prefixes in (("gpuguard_tracking_bench", ("BM_host", "BM_cuda")),
+                           ("gpuguard_ops_bench", ("BM_op_scope", "BM_jsonl_sink"))):
+        part = copy.deepcopy(doc)
+        part["benchmarks"] = [e for e in doc["benchmarks"] if e["run_name"].startswith(prefixes)]
+        for key in ("gpuguard_machine", "gpuguard_bench_command", "gpuguard_bench_commands"):
+            del part["context"][key]
+        data = os.path.join(tmp, name + ".json")
+        with open(data, "w") as f:
+            json.dump(part, f)
+        program = os.path.join(tmp, "bin", name)
+        os.makedirs(os.path.dirname(program), exist_ok=True)
+        with open(program, "w") as f:
+            f.write("#!%s\nimport sys\n"
+                    "sys.stderr.write('args: ' + ' '.join(sys.argv[1:]) + '\\n')\n"
+                    "sys.stdout.write(open(%r).read())\n" % (sys.executable, data))
+        os.chmod(program, os.stat(program).st_mode | stat.S_IEXEC)
+        programs.append(program)
+    kept = os.path.join(tmp, "merged.json")
+    out = os.path.join(tmp, "merged.md")
+    done = subprocess.run([sys.executable, SCRIPT, "--bench", programs[0], "--bench", programs[1],
+                           "--out", out, "--json-out", kept, "--min-time", "0.01"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("args: --benchmark_format=json --benchmark_repetitions=5 "
+                             "--benchmark_min_time=0.01\n") == 2, done.stderr
+    with open(kept) as f:
+        merged = json.load(f)
+    assert [e["name"] for e in merged["benchmarks"]] == [e["name"] for e in doc["benchmarks"]]
+    commands = merged["context"]["gpuguard_bench_commands"]
+    assert [os.path.basename(c.split()[0]) for c in commands] == [
+        "gpuguard_tracking_bench", "gpuguard_ops_bench"], commands
+    assert merged["context"]["gpuguard_bench_command"] == commands[0]
+    assert merged["context"]["date"] == doc["context"]["date"]
+    with open(out) as f:
+        text = f.read()
+    for command in commands:
+        assert "- benchmark command: `%s`" % command in text, text
+    # A program whose filter matched nothing prints no JSON: the context comes from the next one.
+    silent = os.path.join(tmp, "bin", "silent")
+    with open(silent, "w") as f:
+        f.write("#!/bin/sh\necho 'Failed to match any benchmarks' >&2\n")
+    os.chmod(silent, os.stat(silent).st_mode | stat.S_IEXEC)
+    done = subprocess.run([sys.executable, SCRIPT, "--bench", silent, "--bench", programs[1],
+                           "--out", os.path.join(tmp, "silent.md")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "- date: 2026-12-02 21:57:36 UTC" in done.stdout, done.stdout
+    assert "Host memory" not in done.stdout and "| `%s` |" % WRITER_FILE in done.stdout, done.stdout
+    assert tables(text).split("- benchmark command")[-1].split("\n", 1)[1] == \
+        tables(run(tmp, doc, os.path.join(tmp, "recorded.md"))).split(
+            "- benchmark command")[-1].split("\n", 1)[1], "the same tables as the recorded run"
+
+
 def main():
     with open(SAMPLE) as f:
         doc = json.load(f)
@@ -198,6 +416,16 @@ def main():
         assert "| 1.090 | <= 1.1 | PASS |" in text, text
         assert "| 8.00x | >= 8 | PASS |" in text, text
         assert "| MISS |" not in text, text
+
+        # The CPU machine's run of both programs: the docs' CPU section.
+        with open(CPU_RUN) as f:
+            cpu_run = json.load(f)
+        cpu_run["context"]["host_name"] = "secret-host-name"
+        text = run(tmp, cpu_run, out, "--append-section", "CPU machine")
+        check_cpu_report(text.split("## CPU machine\n")[1].split("\n## ")[0], cpu_run)
+        check_ops_verdicts(tmp, cpu_run, out)
+        check_failed_repetition(tmp, cpu_run, out)
+        check_programs(tmp, cpu_run, doc)
     print("test_run_benchmarks.py: all checks passed")
 
 

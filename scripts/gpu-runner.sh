@@ -45,6 +45,7 @@ GPUGUARD_OPTIONS="stacks=all:jsonl_log=$out/demo-events.jsonl:trace_file=$out/de
   step demo "$build/examples/gpuguard_demo"
 step report "$build/src/cli/gpuguard" report "$out/demo-events.jsonl" -o "$out/demo-report.html"
 step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
+  --bench "$build/benchmarks/gpuguard_ops_bench" \
   --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
 
 gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
