@@ -31,6 +31,8 @@ step() {  # step NAME COMMAND...: runs COMMAND, logs to $out/NAME.log, records p
   nvcc --version | tail -1
   cmake --version | head -1
   g++ --version | head -1
+  echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null);" \
+    "cpu flags: $(grep -o -w -m1 'constant_tsc\|nonstop_tsc' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 

@@ -27,6 +27,13 @@ class event_queue {
   /// Copies `value` in. Returns false, changing nothing, when the queue is full. On success,
   /// `position` is the value's place in the order of all pushes (0, 1, ...).
   bool try_push(const T& value, std::size_t& position) noexcept {
+    return try_push_with([&](T& slot) { slot = value; }, position);
+  }
+
+  /// As try_push, but `fill(T&)` writes the value straight into its cell (no copy through the
+  /// stack). `fill` must not throw.
+  template <class Fill>
+  bool try_push_with(Fill&& fill, std::size_t& position) noexcept {
     std::size_t pos = tail_.load(std::memory_order_relaxed);
     for (;;) {
       cell& c = cells_[pos & mask_];
@@ -34,7 +41,7 @@ class event_queue {
       const auto difference = static_cast<std::ptrdiff_t>(sequence) - static_cast<std::ptrdiff_t>(pos);
       if (difference == 0) {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-          c.value = value;
+          fill(c.value);
           c.sequence.store(pos + 1, std::memory_order_release);
           position = pos;
           return true;

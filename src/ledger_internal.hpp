@@ -22,14 +22,38 @@ struct thread_memory {
   std::int64_t peak = 0;  ///< most `net` has been since the innermost open scope began
 };
 
-thread_memory& this_thread_memory() noexcept;
+/// Everything gpuguard keeps per thread, in one thread-local object: in a shared library each
+/// distinct thread_local costs a call to find it, and the hot paths (recording an allocation,
+/// entering and leaving an operation scope) look it up once.
+struct thread_state {
+  thread_memory memory;
+  tag_id tag = untagged;               ///< the tag new allocations are recorded under
+  std::uint32_t id = 0;                ///< gpuguard's small id (1, 2, ...); 0 until first used
+  void* innermost_scope = nullptr;     ///< the innermost open op_scope of the thread
+  std::int32_t tid = 0;                ///< the OS thread id; 0 until the outputs first need it
+  bool named = false;                  ///< the thread's name has been queued for the outputs
+};
 
-/// gpuguard's small id of the calling thread (1, 2, ...), as allocation records carry it.
-std::uint32_t this_thread_id() noexcept;
+thread_state& this_thread_state() noexcept;
+
+/// A fresh small thread id (1, 2, ...).
+std::uint32_t next_thread_id() noexcept;
+
+/// gpuguard's small id of the thread that owns `state`, assigned on first use.
+inline std::uint32_t thread_id(thread_state& state) noexcept {
+  if (state.id == 0) { state.id = next_thread_id(); }
+  return state.id;
+}
 
 /// The ledger's clock: nanoseconds since it started (steady), and the wall time of its start.
 std::int64_t now_ns() noexcept;
 std::int64_t clock_start_unix_ns() noexcept;
+
+/// Refines the scale of the fast clock (see ledger.cpp); the outputs' writer calls it now and then.
+void refine_clock() noexcept;
+
+/// "tsc" or "steady_clock": what now_ns() reads on this machine.
+const char* clock_name() noexcept;
 
 /// Devices (host: host_device_id) that ever recorded an allocation, ascending.
 std::vector<int> active_devices();

@@ -19,8 +19,6 @@ namespace gpuguard {
 
 namespace {
 
-thread_local op_scope* innermost_scope = nullptr;
-
 // Device-wide used bytes of the current device; false if CUDA cannot say.
 bool device_used(int& device, std::size_t& used) noexcept {
   std::size_t free_bytes = 0;
@@ -41,7 +39,9 @@ op_scope::op_scope(std::string_view name) noexcept {
   std::memcpy(result_.name, name.data(), length);
   result_.name[length] = '\0';
 
-  detail::thread_memory& counts = detail::this_thread_memory();
+  detail::thread_state& thread = detail::this_thread_state();
+  thread_ = &thread;
+  detail::thread_memory& counts = thread.memory;
   allocated_at_start_ = counts.allocated_bytes;
   freed_at_start_ = counts.freed_bytes;
   allocs_at_start_ = counts.allocations;
@@ -50,10 +50,10 @@ op_scope::op_scope(std::string_view name) noexcept {
   parent_peak_ = counts.peak;
   counts.peak = counts.net;
 
-  parent_ = innermost_scope;
-  innermost_scope = this;
+  parent_ = static_cast<op_scope*>(thread.innermost_scope);
+  thread.innermost_scope = this;
   result_.depth = parent_ == nullptr ? 0 : static_cast<std::uint16_t>(parent_->result_.depth + 1);
-  result_.thread = detail::this_thread_id();
+  result_.thread = detail::thread_id(thread);
   uncaught_at_start_ = std::uncaught_exceptions();
   if ((flags & detail::scope_device_query) != 0) {
     result_.device_queried = device_used(result_.device, result_.used_before);
@@ -71,7 +71,8 @@ const op_result& op_scope::end() noexcept {
   if (ended_) { return result_; }
   ended_ = true;
   result_.duration_ns = detail::now_ns() - result_.start_ns;
-  detail::thread_memory& counts = detail::this_thread_memory();
+  detail::thread_state& thread = *static_cast<detail::thread_state*>(thread_);
+  detail::thread_memory& counts = thread.memory;
   result_.alloc_bytes = counts.allocated_bytes - allocated_at_start_;
   result_.free_bytes = counts.freed_bytes - freed_at_start_;
   result_.allocs = counts.allocations - allocs_at_start_;
@@ -90,8 +91,8 @@ const op_result& op_scope::end() noexcept {
     if (switched) { static_cast<void>(cudaSetDevice(current)); }
   }
   if (nvtx_) { nvtxRangePop(); }
-  if (innermost_scope == this) { innermost_scope = parent_; }
-  detail::submit(result_);
+  if (thread.innermost_scope == this) { thread.innermost_scope = parent_; }
+  detail::submit(result_, thread);
   return result_;
 }
 

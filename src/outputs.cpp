@@ -275,6 +275,7 @@ void announce(output_state& st, int device, device_track& track, std::int64_t no
 // One memory sample of every device the ledger has seen. The last one (at stop) asks no device:
 // the CUDA runtime may be going away.
 void sample(output_state& st, bool last) {
+  detail::refine_clock();
   const std::int64_t now = detail::now_ns();
   for (const int device : detail::active_devices()) {
     device_track& track = st.tracks[device];
@@ -448,6 +449,9 @@ void outputs_off_in_forked_child() noexcept {
   st.writer = nullptr;  // the parent's thread object; not ours to join or destroy
   for (auto& s : st.sinks) { static_cast<void>(s.release()); }  // their buffers are the parent's
   st.sinks.clear();
+  detail::thread_state& thread = detail::this_thread_state();  // the child's only thread
+  thread.tid = 0;
+  thread.named = false;
 }
 
 }  // namespace
@@ -584,20 +588,24 @@ unsigned detail::scope_flags() noexcept {
   return st.flags.load(std::memory_order_acquire);
 }
 
-void detail::submit(const op_result& op) noexcept {
+void detail::submit(const op_result& op, thread_state& thread) noexcept {
   output_state& st = state();
   queue_type* queue = st.queue.load(std::memory_order_acquire);
   if (queue == nullptr) { return; }
-  thread_local const auto tid = static_cast<std::int32_t>(::syscall(SYS_gettid));
-  thread_local bool named = false;  // set once this thread's name has been queued
-  queued_op item{op, tid, {}};
-  if (!named) { ::pthread_getname_np(::pthread_self(), item.thread_name, sizeof item.thread_name); }
+  if (thread.tid == 0) { thread.tid = static_cast<std::int32_t>(::syscall(SYS_gettid)); }
+  const bool name_it = !thread.named;
   std::size_t position = 0;
-  if (!queue->try_push(item, position)) {
+  const bool queued = queue->try_push_with([&](queued_op& item) {
+    item.op = op;
+    item.tid = thread.tid;
+    item.thread_name[0] = '\0';
+    if (name_it) { ::pthread_getname_np(::pthread_self(), item.thread_name, sizeof item.thread_name); }
+  }, position);
+  if (!queued) {
     st.dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  named = true;
+  thread.named = true;
   if ((position & st.wake_mask) == st.wake_mask) { st.wake.notify_one(); }
 }
 

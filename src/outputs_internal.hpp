@@ -17,8 +17,11 @@ enum scope_flag : unsigned {
 /// unless something has started (or stopped) them before.
 unsigned scope_flags() noexcept;
 
-/// Queues a finished operation for the writer; drops (and counts) it when the queue is full.
-void submit(const op_result& op) noexcept;
+struct thread_state;
+
+/// Queues a finished operation of the thread that owns `thread` for the writer; drops (and
+/// counts) it when the queue is full.
+void submit(const op_result& op, thread_state& thread) noexcept;
 
 /// stop_outputs with the leak report already collected by the caller (may be nullptr: none).
 void stop_outputs_with(const char* reason, const leak_report* leaks) noexcept;

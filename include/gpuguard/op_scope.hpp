@@ -70,6 +70,7 @@ class GPUGUARD_API op_scope {
 
  private:
   op_result result_;
+  void* thread_ = nullptr;  // the thread's gpuguard state, looked up once at entry
   op_scope* parent_ = nullptr;
   std::uint64_t allocated_at_start_ = 0;
   std::uint64_t freed_at_start_ = 0;

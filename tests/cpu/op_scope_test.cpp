@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -180,6 +181,17 @@ TEST_F(op_scopes, end_is_idempotent_and_long_names_are_cut) {
   const op_result& second = scope.end();
   EXPECT_EQ(second.alloc_bytes, first.alloc_bytes);
   EXPECT_EQ(std::string(second.name), std::string(op_result::max_name, 'n'));
+}
+
+TEST_F(op_scopes, durations_are_wall_time_in_nanoseconds) {
+  // The ledger's clock may read the TSC: its scale must agree with steady_clock.
+  const auto before = std::chrono::steady_clock::now();
+  op_scope scope("sleep");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const op_result& result = scope.end();
+  const auto outside = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - before).count();
+  EXPECT_GE(result.duration_ns, 50 * 1000 * 1000);
+  EXPECT_LE(result.duration_ns, outside + 1000 * 1000) << "outside " << outside;
 }
 
 TEST_F(op_scopes, the_macro_declares_a_named_scope_for_the_block) {
