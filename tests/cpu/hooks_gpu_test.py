@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,10 @@ CHILD = sys.argv[1]
 MIB = 1024 * 1024
 SLACK = 64 * MIB
 failures = []
+
+
+def say(text):
+    print(text, flush=True)
 
 
 def check(condition, what, detail=""):
@@ -63,16 +68,32 @@ def used():
 tmp = tempfile.mkdtemp(prefix="gpuguard-hooks-gpu-")
 
 
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(") ")[1][0]
+    except OSError:
+        return "gone"
+
+
+
 def scenario(mode, end):
     leaks = os.path.join(tmp, mode + ".leaks.json")
     env = dict(os.environ, GPUGUARD_OPTIONS="device=cuda:text_log=off:leak_json=" + leaks)
     baseline = used()
+    say("%s: starting, baseline %d MiB" % (mode, baseline // MIB))
     proc = subprocess.Popen([CHILD, mode, os.path.join(tmp, mode + ".marker")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
-    line = proc.stdout.readline()
-    check(line.startswith("ready"), "%s: the child got ready" % mode, line + proc.stderr.read()[-2000:])
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("ready"):
+        state = proc_state(proc.pid)
+        proc.kill()
+        say("FAILED: %s: the child did not get ready within 60 s (state %s)" % (mode, state))
+        sys.exit(1)
     during = used()
+    say("%s: ready, %d MiB used" % (mode, during // MIB))
     check(during - baseline >= 4096 * MIB, "%s: the child holds its 4 GiB" % mode, (baseline, during))
     if end == "signal":
         start = time.monotonic()
@@ -90,13 +111,19 @@ def scenario(mode, end):
             if exited_at is not None or proc.poll() is not None:
                 break
         time.sleep(0.005)
-    out, err = proc.communicate(timeout=30)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        failures.append("%s: the child did not end within 30 s of its end (state: %s)" % (mode, proc_state(proc.pid)))
+        say("FAILED:\n- " + "\n- ".join(failures))
+        sys.exit(1)
     if exited_at is None:
         exited_at = time.monotonic()
     if end != "signal":
         start = exited_at  # for the throw: from the moment the process ended
     elapsed = None if back_at is None else max(back_at - start, 0.0)
-    print("%s: baseline %d MiB, during %d MiB, back to baseline %s s after %s; status %s" % (
+    say("%s: baseline %d MiB, during %d MiB, back to baseline %s s after %s; status %s" % (
         mode, baseline // MIB, during // MIB, "never" if elapsed is None else "%.3f" % elapsed,
         "SIGTERM" if end == "signal" else "the process ended", proc.returncode))
     check(elapsed is not None and elapsed <= 1.0, "%s: device memory back to the baseline within 1 s" % mode, elapsed)
@@ -115,8 +142,23 @@ def scenario(mode, end):
 
 # Normal exit with a cleanup that frees device memory: it runs before the runtime's teardown.
 leaks = os.path.join(tmp, "gpu_exit.leaks.json")
-exit_run = subprocess.run([CHILD, "gpu_exit", os.path.join(tmp, "gpu_exit.marker")], capture_output=True, text=True,
-                          env=dict(os.environ, GPUGUARD_OPTIONS="device=cuda:text_log=off:leak_json=" + leaks), timeout=120)
+say("gpu_exit: starting")
+exit_proc = subprocess.Popen([CHILD, "gpu_exit", os.path.join(tmp, "gpu_exit.marker")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, GPUGUARD_OPTIONS="device=cuda:text_log=off:leak_json=" + leaks))
+try:
+    out, err = exit_proc.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    state = proc_state(exit_proc.pid)
+    exit_proc.kill()
+    say("FAILED: gpu_exit did not end within 60 s (state %s); its stderr follows" % state)
+    try:
+        say(exit_proc.communicate(timeout=5)[1][-3000:])
+    except subprocess.TimeoutExpired:
+        say("(cannot read it)")
+    sys.exit(1)
+exit_run = subprocess.CompletedProcess(exit_proc.args, exit_proc.returncode, out, err)
+say("gpu_exit: status %d" % exit_run.returncode)
 check(exit_run.returncode == 0, "gpu_exit: exit status 0", exit_run.stderr[-2000:])
 check("unloading" not in exit_run.stderr.lower() and "cudaError" not in exit_run.stderr,
       "gpu_exit: no CUDA teardown errors surface", exit_run.stderr[-2000:])
@@ -133,7 +175,7 @@ check("uncaught exception of type std::runtime_error: CUDA kernel reported an il
       "gpu_throw: the exception is logged", err[-2000:])
 
 if failures:
-    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
+    say("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
     sys.exit(1)
 shutil.rmtree(tmp)
 print("hooks_gpu_test: all checks passed")

@@ -137,7 +137,9 @@ int forking() {
   gpuguard::flush_outputs();
   const pid_t child = ::fork();
   if (child == 0) {
-    { GPUGUARD_OP("in_child"); const gpuguard::device_buffer b(2048); }
+    // No CUDA here: a forked child cannot use the runtime its parent initialised (on a GPU
+    // machine, enable_tracking did). The scope records without memory.
+    { GPUGUARD_OP("in_child"); }
     std::exit(0);  // runs the exit handlers: the parent's files must not see them
   }
   int status = 0;
