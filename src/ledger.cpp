@@ -194,6 +194,7 @@ struct ledger_state {
   std::atomic<std::uint64_t> double_free{0};
   std::atomic<std::uint64_t> wrong_size{0};
   std::atomic<std::uint64_t> wrong_device{0};
+  std::atomic<std::uint64_t> untracked_frees{0};
   std::atomic<std::uint64_t> sequence{0};
   std::atomic<std::uint32_t> next_thread{0};
   std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
@@ -394,6 +395,7 @@ void print_site(const char* label, site_id site) {
 }
 
 struct misuse_report {
+  bool interposed;  // seen by an interposer, which passes every free on to CUDA
   misuse_kind kind;
   const void* ptr;
   std::size_t bytes_given;
@@ -418,8 +420,8 @@ void report_misuse(const misuse_report& m) noexcept {
                      m.device_recorded);
         break;
       case misuse_kind::double_free:
-        std::fprintf(stderr, " (%zu bytes, device %d) was already freed; this free is ignored\n",
-                     m.bytes_recorded, m.device_recorded);
+        std::fprintf(stderr, " (%zu bytes, device %d) was already freed; %s\n", m.bytes_recorded,
+                     m.device_recorded, m.interposed ? "passed on to CUDA as the program made it" : "this free is ignored");
         break;
       case misuse_kind::unknown_pointer:
         std::fprintf(stderr, " (%zu bytes) was never allocated through gpuguard's tracking; not freed\n",
@@ -484,8 +486,9 @@ void record_allocation(const allocation_event& event) noexcept {
   if (counts.net > counts.peak) { counts.peak = counts.net; }
 }
 
-free_result record_free(const void* ptr, std::size_t bytes, int current_device,
-                        cudaStream_t /*stream*/) noexcept {
+namespace {
+
+free_result record_free_impl(const void* ptr, std::size_t bytes, int current_device, bool interposed) noexcept {
   free_result result;
   if (ptr == nullptr) { return result; }
   ledger_state& st = state();
@@ -503,13 +506,13 @@ free_result record_free(const void* ptr, std::size_t bytes, int current_device,
       result.known = true;
       result.bytes = slot->bytes;
       result.device = slot->device;
-      if (bytes != slot->bytes) {
-        misuses[misuse_count++] = {misuse_kind::wrong_size, ptr, bytes, slot->bytes, current_device,
+      if (bytes != unknown_size && bytes != slot->bytes) {
+        misuses[misuse_count++] = {interposed, misuse_kind::wrong_size, ptr, bytes, slot->bytes, current_device,
                                    slot->device, slot->site, no_site};
         st.wrong_size.fetch_add(1, std::memory_order_relaxed);
       }
       if (slot->kind == memory_kind::device && current_device != slot->device) {
-        misuses[misuse_count++] = {misuse_kind::wrong_device, ptr, bytes, slot->bytes,
+        misuses[misuse_count++] = {interposed, misuse_kind::wrong_device, ptr, bytes, slot->bytes,
                                    current_device, slot->device, slot->site, no_site};
         st.wrong_device.fetch_add(1, std::memory_order_relaxed);
       }
@@ -529,12 +532,15 @@ free_result record_free(const void* ptr, std::size_t bytes, int current_device,
       }
       if (earlier != nullptr) {
         result.double_free = true;
-        misuses[misuse_count++] = {misuse_kind::double_free, ptr, bytes, earlier->bytes,
+        misuses[misuse_count++] = {interposed, misuse_kind::double_free, ptr, bytes, earlier->bytes,
                                    current_device, earlier->device, earlier->allocated_at,
                                    earlier->freed_at};
         st.double_free.fetch_add(1, std::memory_order_relaxed);
+      } else if (interposed) {
+        // Memory from before tracking began, or from an API the interposer does not see.
+        st.untracked_frees.fetch_add(1, std::memory_order_relaxed);
       } else {
-        misuses[misuse_count++] = {misuse_kind::unknown_pointer, ptr, bytes, 0, current_device,
+        misuses[misuse_count++] = {interposed, misuse_kind::unknown_pointer, ptr, bytes, 0, current_device,
                                    host_device_id, no_site, no_site};
         st.unknown_pointer.fetch_add(1, std::memory_order_relaxed);
       }
@@ -543,6 +549,18 @@ free_result record_free(const void* ptr, std::size_t bytes, int current_device,
   for (int i = 0; i < misuse_count; ++i) { report_misuse(misuses[i]); }
   return result;
 }
+
+}  // namespace
+
+free_result record_free(const void* ptr, std::size_t bytes, int current_device, cudaStream_t /*stream*/) noexcept {
+  return record_free_impl(ptr, bytes, current_device, false);
+}
+
+free_result record_interposed_free(const void* ptr, int current_device, cudaStream_t /*stream*/) noexcept {
+  return record_free_impl(ptr, unknown_size, current_device, true);
+}
+
+std::uint64_t untracked_frees() noexcept { return state().untracked_frees.load(std::memory_order_relaxed); }
 
 // ---- reading ------------------------------------------------------------------------------------
 

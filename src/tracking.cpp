@@ -32,6 +32,7 @@ namespace {
 struct tracking_state {
   std::mutex mutex;
   bool enabled = false;
+  bool reporting = false;  // enable_ledger_reporting: another source feeds the ledger
   bool exit_handler_registered = false;
   options opts;
   // What was current before enable_tracking, to put back on disable (slot -1: host fallback).
@@ -123,6 +124,20 @@ void enable_tracking(const options& opts) {
   st.enabled = true;
   start_outputs(opts);
   if (opts.hooks) { install_hooks(opts); }
+}
+
+void enable_ledger_reporting(const options& opts) {
+  tracking_state& st = tracking();
+  {
+    const std::lock_guard<std::mutex> lock(st.mutex);
+    if (st.enabled || st.reporting) { return; }
+    st.opts = opts;
+    st.reporting = true;
+  }
+  configure_ledger(opts);
+  start_outputs(opts);
+  if (opts.hooks) { install_hooks(opts); }
+  detail::register_exit_report();
 }
 
 void disable_tracking() noexcept {
@@ -265,7 +280,7 @@ void detail::finish_run(const char* reason, bool normal_exit) noexcept {
     const options opts = [&enabled] {
       tracking_state& st = tracking();
       const std::lock_guard<std::mutex> lock(st.mutex);
-      enabled = st.enabled;
+      enabled = st.enabled || st.reporting;
       return enabled ? st.opts : process_options();
     }();
     // Scopes alone (no tracking) still get their log's end lines, but no leak report on stderr.

@@ -93,6 +93,9 @@ struct free_result {
   int device = host_device_id;
 };
 
+/// The size of a free whose size the source does not know (an interposed cudaFree): no size check.
+inline constexpr std::size_t unknown_size = static_cast<std::size_t>(-1);
+
 /// A resolved stack frame.
 struct frame_info {
   std::uintptr_t address = 0;
@@ -114,6 +117,17 @@ GPUGUARD_API void record_allocation(const allocation_event& event) noexcept;
  */
 GPUGUARD_API free_result record_free(const void* ptr, std::size_t bytes, int current_device,
                                      cudaStream_t stream) noexcept;
+
+/**
+ * Records a free seen by an interposer (libgpuguard_preload.so), whose size it does not know. The
+ * interposer passes every free on to CUDA whatever the ledger says. A pointer the ledger does not
+ * know (memory from before tracking began, or from an API the interposer does not see) is counted
+ * by `untracked_frees()`, not reported as misuse; a double free or a free on another device still is.
+ */
+GPUGUARD_API free_result record_interposed_free(const void* ptr, int current_device, cudaStream_t stream) noexcept;
+
+/// Frees of pointers the ledger did not know, seen by an interposer.
+GPUGUARD_API std::uint64_t untracked_frees() noexcept;
 
 /// A consistent copy of counters (and, if `with_live`, of every live allocation). Safe while other
 /// threads allocate: it briefly holds every shard of the live table.

@@ -26,6 +26,14 @@ namespace gpuguard {
  */
 GPUGUARD_API void enable_tracking(const options& opts = process_options());
 
+/**
+ * For sources that feed the ledger themselves (the preload interposer, the LibTorch adapter):
+ * applies the stack and misuse options, starts the outputs, installs the hooks (per `opts.hooks`)
+ * and arranges the leak report at exit, like enable_tracking, but leaves the guards' resources
+ * alone and does not initialise CUDA. Calling it again, or after enable_tracking, changes nothing.
+ */
+GPUGUARD_API void enable_ledger_reporting(const options& opts = process_options());
+
 /// Puts back the resources that were current before `enable_tracking`. Buffers made while
 /// tracking keep freeing through (and being recorded by) the tracking resources, which live on.
 GPUGUARD_API void disable_tracking() noexcept;
