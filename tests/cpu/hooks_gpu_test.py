@@ -85,12 +85,12 @@ def scenario(mode, end):
     proc = subprocess.Popen([CHILD, mode, os.path.join(tmp, mode + ".marker")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    ready, _, _ = select.select([proc.stdout], [], [], 40)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("ready"):
         state = proc_state(proc.pid)
         proc.kill()
-        say("FAILED: %s: the child did not get ready within 60 s (state %s)" % (mode, state))
+        say("FAILED: %s: the child did not get ready within 40 s (state %s)" % (mode, state))
         sys.exit(1)
     during = used()
     say("%s: ready, %d MiB used" % (mode, during // MIB))
@@ -147,11 +147,11 @@ exit_proc = subprocess.Popen([CHILD, "gpu_exit", os.path.join(tmp, "gpu_exit.mar
                              stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, GPUGUARD_OPTIONS="device=cuda:text_log=off:leak_json=" + leaks))
 try:
-    out, err = exit_proc.communicate(timeout=60)
+    out, err = exit_proc.communicate(timeout=40)
 except subprocess.TimeoutExpired:
     state = proc_state(exit_proc.pid)
     exit_proc.kill()
-    say("FAILED: gpu_exit did not end within 60 s (state %s); its stderr follows" % state)
+    say("FAILED: gpu_exit did not end within 40 s (state %s); its stderr follows" % state)
     try:
         say(exit_proc.communicate(timeout=5)[1][-3000:])
     except subprocess.TimeoutExpired:
