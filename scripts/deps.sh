@@ -17,8 +17,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # The ecosystem's own parsers for gpuguard's outputs: jsonschema for the JSON and JSONL files,
 # prometheus-client's text parser for the Prometheus exposition (the tests fall back to structural
-# checks without them, and say so).
-for module in jsonschema:jsonschema prometheus_client:prometheus-client; do
+# checks without them, and say so); torch (the GPU machine's version) for the real PyTorch
+# DataLoader job that `gpuguard run` must leave no process of (tests/cli/run_torch_test.py).
+for module in jsonschema:jsonschema prometheus_client:prometheus-client torch:torch==2.11.0; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     echo "deps: installing ${module#*:} (pip)"
     python3 -m pip install -q "${module#*:}" || python3 -m pip install -q --break-system-packages "${module#*:}" ||

@@ -4,6 +4,8 @@
 
 namespace gpuguard::cli {
 
+int run_main(int argc, char** argv);
+int doctor_main(int argc, char** argv);
 int report_main(int argc, char** argv);
 int symbolize_main(int argc, char** argv);
 

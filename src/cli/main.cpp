@@ -16,6 +16,8 @@ struct command {
 };
 
 constexpr command commands[] = {
+    {"run", gpuguard::cli::run_main, "run a command so that no process of it outlives it holding GPU memory"},
+    {"doctor", gpuguard::cli::doctor_main, "find the processes that hold GPU memory, and why"},
     {"report", gpuguard::cli::report_main, "render a JSONL event log as one self-contained HTML page"},
     {"symbolize", gpuguard::cli::symbolize_main, "resolve the frames of a crash record to functions and lines"},
 };
@@ -26,7 +28,7 @@ void print_usage(std::FILE* out) {
              "\n"
              "commands:\n", out);
   for (const command& c : commands) { std::fprintf(out, "  %-10s %s\n", c.name, c.summary); }
-  std::fputs("\nDocs: docs/ in the gpuguard repository (outputs.md, hooks.md, report.md, formats.md, options.md).\n", out);
+  std::fputs("\nDocs: docs/ in the gpuguard repository (outputs.md, hooks.md, run.md, doctor.md, report.md, formats.md, options.md).\n", out);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """The interposer (libgpuguard_preload.so) on a program that knows nothing of gpuguard
 (leaky_program.cpp: 9 MiB in 3 cudaMalloc allocations left live, everything else freed).
 
-usage: preload_test.py PRELOAD PROGRAM [--gpu]
+usage: preload_test.py PRELOAD PROGRAM [--gpu] [--cli GPUGUARD]
 Without --gpu the program runs on a stand-in CUDA runtime (fake_cudart.cpp), so real dynamic
 linking and interposition are tested on any machine. With --gpu it runs on the real runtime and
 its leak report must name the same bytes and count as `compute-sanitizer --leak-check full`; with
@@ -18,6 +18,9 @@ import tempfile
 
 PRELOAD, PROGRAM = sys.argv[1], sys.argv[2]
 GPU = "--gpu" in sys.argv[3:]
+# With --cli the tracked run goes through `gpuguard run --track` (which finds the interposer by
+# GPUGUARD_PRELOAD_LIBRARY here), as a user would start it.
+CLI = sys.argv[sys.argv.index("--cli") + 1] if "--cli" in sys.argv else None
 MIB = 1024 * 1024
 failures = []
 tmp = tempfile.mkdtemp(prefix="gpuguard-preload-")
@@ -39,7 +42,11 @@ def run(argv, preload=True, options=""):
 
 
 leaks = os.path.join(tmp, "leaks.json")
-tracked = run([PROGRAM], options="text_log=off:leak_json=" + leaks)
+if CLI:
+    os.environ["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+    tracked = run([CLI, "run", "--track", "--", PROGRAM], preload=False, options="text_log=off:leak_json=" + leaks)
+else:
+    tracked = run([PROGRAM], options="text_log=off:leak_json=" + leaks)
 if GPU and tracked.returncode != 0 and "leaky_program: cudaMalloc" in tracked.stderr:
     if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
         print("FAILED: GPUGUARD_REQUIRE_GPU=1 but the program could not allocate:\n" + tracked.stderr)

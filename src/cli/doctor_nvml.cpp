@@ -1,0 +1,228 @@
+// NVML through dlopen for `gpuguard doctor` (see doctor_nvml.hpp).
+#include "doctor_nvml.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <dlfcn.h>
+
+namespace gpuguard::cli::doctor {
+
+namespace {
+
+// From the NVML API reference (nvml.h is not needed to build gpuguard). Only what is used.
+using nvml_return = int;  // nvmlReturn_t
+constexpr nvml_return nvml_success = 0;
+constexpr nvml_return nvml_error_insufficient_size = 7;
+using nvml_device_handle = struct nvml_device_st*;  // nvmlDevice_t
+constexpr unsigned long long nvml_value_not_available = ~0ULL;
+
+struct nvml_memory_v1 {  // nvmlMemory_t
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+struct nvml_memory_v2 {  // nvmlMemory_v2_t: `used` excludes `reserved`
+  unsigned int version;
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+// NVML_STRUCT_VERSION(Memory, 2)
+constexpr unsigned nvml_memory_v2_version = static_cast<unsigned>(sizeof(nvml_memory_v2)) | (2U << 24U);
+
+struct nvml_process_info {  // nvmlProcessInfo_t (== nvmlProcessInfo_v2_t), for the _v2 and _v3 calls
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+
+using init_fn = nvml_return (*)();
+using shutdown_fn = nvml_return (*)();
+using error_string_fn = const char* (*)(nvml_return);
+using count_fn = nvml_return (*)(unsigned int*);
+using handle_fn = nvml_return (*)(unsigned int, nvml_device_handle*);
+using name_fn = nvml_return (*)(nvml_device_handle, char*, unsigned int);
+using minor_fn = nvml_return (*)(nvml_device_handle, unsigned int*);
+using memory_v1_fn = nvml_return (*)(nvml_device_handle, nvml_memory_v1*);
+using memory_v2_fn = nvml_return (*)(nvml_device_handle, nvml_memory_v2*);
+using processes_fn = nvml_return (*)(nvml_device_handle, unsigned int*, nvml_process_info*);
+using driver_version_fn = nvml_return (*)(char*, unsigned int);
+
+template <typename F>
+F symbol(void* handle, const char* name) {
+  return reinterpret_cast<F>(::dlsym(handle, name));
+}
+
+std::string error_text(void* handle, const char* call, nvml_return rc) {
+  const auto text = symbol<error_string_fn>(handle, "nvmlErrorString");
+  const char* s = text != nullptr ? text(rc) : nullptr;
+  return std::string(call) + ": " + (s != nullptr ? s : "error " + std::to_string(rc));
+}
+
+// The processes of one kind on one device, with NVML's protocol: ask how many there are, make room
+// for a few more (processes start meanwhile), and ask again while NVML says the room is too small.
+nvml_return list_processes(processes_fn fn, nvml_device_handle device, std::vector<nvml_process_info>& out) {
+  out.clear();
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(out.size());
+    const nvml_return rc = fn(device, &count, out.empty() ? nullptr : out.data());
+    if (rc == nvml_success) {
+      out.resize(std::min<std::size_t>(count, out.size()));
+      return rc;
+    }
+    if (rc != nvml_error_insufficient_size) { return rc; }
+    out.assign(std::size_t{count} + 8, nvml_process_info{});
+  }
+  return nvml_error_insufficient_size;
+}
+
+}  // namespace
+
+nvml_session nvml_session::open(const std::string& library) {
+  nvml_session s;
+  ::dlerror();
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    s.error_ = why != nullptr ? why : "cannot load " + library;
+    return s;
+  }
+  auto init = symbol<init_fn>(handle, "nvmlInit_v2");
+  if (init == nullptr) { init = symbol<init_fn>(handle, "nvmlInit"); }
+  if (init == nullptr) {
+    s.error_ = library + " has no nvmlInit_v2";
+    ::dlclose(handle);
+    return s;
+  }
+  if (const nvml_return rc = init(); rc != nvml_success) {
+    s.error_ = error_text(handle, "nvmlInit_v2", rc);
+    ::dlclose(handle);
+    return s;
+  }
+  s.handle_ = handle;
+  if (const auto version = symbol<driver_version_fn>(handle, "nvmlSystemGetDriverVersion")) {
+    char buffer[96] = {};
+    if (version(buffer, sizeof buffer) == nvml_success) {
+      buffer[sizeof buffer - 1] = '\0';
+      s.driver_version_ = buffer;
+    }
+  }
+  return s;
+}
+
+nvml_session::nvml_session(nvml_session&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)),
+      error_(std::move(other.error_)),
+      driver_version_(std::move(other.driver_version_)) {}
+
+nvml_session& nvml_session::operator=(nvml_session&& other) noexcept {
+  std::swap(handle_, other.handle_);
+  std::swap(error_, other.error_);
+  std::swap(driver_version_, other.driver_version_);
+  return *this;
+}
+
+nvml_session::~nvml_session() { close(); }
+
+void nvml_session::close() noexcept {
+  if (handle_ == nullptr) { return; }
+  if (const auto shutdown = symbol<shutdown_fn>(handle_, "nvmlShutdown")) { shutdown(); }
+  ::dlclose(handle_);
+  handle_ = nullptr;
+}
+
+std::vector<nvml_device> nvml_session::sample(std::string* error) const {
+  std::vector<nvml_device> devices;
+  if (handle_ == nullptr) {
+    if (error != nullptr) { *error = error_; }
+    return devices;
+  }
+  auto count_devices = symbol<count_fn>(handle_, "nvmlDeviceGetCount_v2");
+  auto get_handle = symbol<handle_fn>(handle_, "nvmlDeviceGetHandleByIndex_v2");
+  if (count_devices == nullptr || get_handle == nullptr) {
+    if (error != nullptr) { *error = "NVML lacks nvmlDeviceGetCount_v2 or nvmlDeviceGetHandleByIndex_v2"; }
+    return devices;
+  }
+  const auto get_name = symbol<name_fn>(handle_, "nvmlDeviceGetName");
+  const auto get_minor = symbol<minor_fn>(handle_, "nvmlDeviceGetMinorNumber");
+  const auto memory_v2 = symbol<memory_v2_fn>(handle_, "nvmlDeviceGetMemoryInfo_v2");
+  const auto memory_v1 = symbol<memory_v1_fn>(handle_, "nvmlDeviceGetMemoryInfo");
+  processes_fn compute = symbol<processes_fn>(handle_, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (compute == nullptr) { compute = symbol<processes_fn>(handle_, "nvmlDeviceGetComputeRunningProcesses_v2"); }
+  processes_fn graphics = symbol<processes_fn>(handle_, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+  if (graphics == nullptr) { graphics = symbol<processes_fn>(handle_, "nvmlDeviceGetGraphicsRunningProcesses_v2"); }
+
+  unsigned int count = 0;
+  if (const nvml_return rc = count_devices(&count); rc != nvml_success) {
+    if (error != nullptr) { *error = error_text(handle_, "nvmlDeviceGetCount_v2", rc); }
+    return devices;
+  }
+  for (unsigned int index = 0; index < count; ++index) {
+    nvml_device d;
+    d.index = index;
+    auto add_error = [&d](const std::string& what) { d.error += (d.error.empty() ? "" : "; ") + what; };
+    nvml_device_handle device = nullptr;
+    if (const nvml_return rc = get_handle(index, &device); rc != nvml_success) {
+      add_error(error_text(handle_, "nvmlDeviceGetHandleByIndex_v2", rc));
+      devices.push_back(std::move(d));
+      continue;
+    }
+    if (get_name != nullptr) {
+      char name[96] = {};
+      if (get_name(device, name, sizeof name) == nvml_success) {
+        name[sizeof name - 1] = '\0';
+        d.name = name;
+      }
+    }
+    if (unsigned int minor = 0; get_minor != nullptr && get_minor(device, &minor) == nvml_success) { d.minor = minor; }
+    bool have_memory = false;
+    if (memory_v2 != nullptr) {
+      nvml_memory_v2 m{};
+      m.version = nvml_memory_v2_version;
+      if (memory_v2(device, &m) == nvml_success) {
+        d.total = m.total;
+        d.used = m.used;
+        d.reserved = m.reserved;
+        have_memory = true;
+      }
+    }
+    if (!have_memory && memory_v1 != nullptr) {
+      nvml_memory_v1 m{};
+      if (const nvml_return rc = memory_v1(device, &m); rc == nvml_success) {
+        d.total = m.total;
+        d.used = m.used;
+      } else {
+        add_error(error_text(handle_, "nvmlDeviceGetMemoryInfo", rc));
+      }
+    }
+    std::vector<nvml_process_info> infos;
+    const std::pair<processes_fn, const char*> kinds[] = {
+        {compute, "nvmlDeviceGetComputeRunningProcesses_v3"},
+        {graphics, "nvmlDeviceGetGraphicsRunningProcesses_v3"},
+    };
+    for (const auto& [fn, call] : kinds) {
+      if (fn == nullptr) { continue; }
+      if (const nvml_return rc = list_processes(fn, device, infos); rc != nvml_success) {
+        add_error(error_text(handle_, call, rc));
+        continue;
+      }
+      for (const nvml_process_info& info : infos) {
+        const auto seen = std::find_if(d.processes.begin(), d.processes.end(),
+                                       [&info](const nvml_process& p) { return p.pid == info.pid; });
+        if (seen != d.processes.end()) { continue; }  // listed as compute and graphics: once
+        nvml_process p;
+        p.pid = info.pid;
+        if (info.usedGpuMemory != nvml_value_not_available) { p.bytes = info.usedGpuMemory; }
+        d.processes.push_back(p);
+      }
+    }
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+}  // namespace gpuguard::cli::doctor

@@ -1,0 +1,377 @@
+// /proc reading and holder classification for `gpuguard doctor` (see doctor_proc.hpp).
+#include "doctor_proc.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace gpuguard::cli::doctor {
+
+namespace {
+
+// Large enough for the maps of a process with every CUDA library loaded; a bigger file is cut.
+constexpr std::size_t max_maps_bytes = std::size_t{64} << 20;
+constexpr std::size_t max_cmdline_bytes = 4096;
+
+// The whole of a (small, /proc) file, read with plain syscalls: /proc files report size 0.
+std::optional<std::string> read_text(const std::string& path, std::size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { return std::nullopt; }
+  std::string text;
+  char buffer[8192];
+  bool ok = true;
+  while (text.size() < max_bytes) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) { continue; }
+      ok = false;
+      break;
+    }
+    if (n == 0) { break; }
+    text.append(buffer, std::min(static_cast<std::size_t>(n), max_bytes - text.size()));
+  }
+  ::close(fd);
+  if (!ok) { return std::nullopt; }
+  return text;
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  if (text.empty()) { return false; }
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// The fields of `text` separated by runs of spaces.
+std::vector<std::string_view> split_fields(std::string_view text) {
+  std::vector<std::string_view> fields;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) { ++i; }
+    const std::size_t start = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\n') { ++i; }
+    if (i > start) { fields.push_back(text.substr(start, i - start)); }
+  }
+  return fields;
+}
+
+// The numeric entries of a directory (PIDs, TIDs, fds), or nullopt with errno set.
+std::optional<std::vector<int>> numeric_entries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) { return std::nullopt; }
+  std::vector<int> out;
+  while (const dirent* e = ::readdir(d)) {
+    int n = 0;
+    if (parse_number(std::string_view(e->d_name), n) && n >= 0) { out.push_back(n); }
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> read_link(const std::string& path) {
+  std::string target(4096, '\0');
+  const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+  if (n < 0) { return std::nullopt; }
+  target.resize(static_cast<std::size_t>(n));
+  return target;
+}
+
+device_use& use_of(std::vector<device_use>& uses, std::string_view path) {
+  for (device_use& u : uses) {
+    if (u.path == path) { return u; }
+  }
+  uses.push_back(device_use{std::string(path), 0, 0});
+  return uses.back();
+}
+
+// Counts the descriptors in `fd_dir` and the mappings in `maps` that name files under `prefix`.
+// False when the fd directory cannot be read.
+bool read_device_uses(const std::string& fd_dir, const std::string& maps, const std::string& prefix,
+                      std::vector<device_use>& uses) {
+  const std::optional<std::vector<int>> fds = numeric_entries(fd_dir);
+  if (!fds) { return false; }
+  for (const int fd : *fds) {
+    const std::optional<std::string> target = read_link(fd_dir + "/" + std::to_string(fd));
+    if (target && under_prefix(*target, prefix)) { ++use_of(uses, *target).fds; }
+  }
+  if (const std::optional<std::string> text = read_text(maps, max_maps_bytes)) {
+    std::string_view rest = *text;
+    while (!rest.empty()) {
+      const std::size_t newline = rest.find('\n');
+      const std::string_view line = rest.substr(0, newline);
+      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+      // address perms offset dev inode [path]: the path starts after the fifth field.
+      std::size_t i = 0;
+      for (int field = 0; field < 5 && i < line.size(); ++field) {
+        while (i < line.size() && line[i] == ' ') { ++i; }
+        while (i < line.size() && line[i] != ' ') { ++i; }
+      }
+      while (i < line.size() && line[i] == ' ') { ++i; }
+      const std::string_view path = line.substr(std::min(i, line.size()));
+      if (!path.empty() && under_prefix(path, prefix)) { ++use_of(uses, path).mappings; }
+    }
+  }
+  std::sort(uses.begin(), uses.end(), [](const device_use& a, const device_use& b) { return a.path < b.path; });
+  return true;
+}
+
+bool is_dead_state(char state) noexcept { return state == 'Z' || state == 'X' || state == 'x'; }
+
+std::string describe(const process_table& table, int pid) {
+  const auto it = table.find(pid);
+  if (pid == 1) { return "PID 1" + (it != table.end() ? " (" + it->second.comm + ", init)" : std::string(" (init)")); }
+  if (pid == 0) { return "a process outside this PID namespace"; }
+  return "PID " + std::to_string(pid) + (it != table.end() ? " (" + it->second.comm + ")" : std::string());
+}
+
+}  // namespace
+
+std::optional<proc_stat> parse_proc_stat(std::string_view text) {
+  const std::size_t open = text.find('(');
+  const std::size_t close = text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) { return std::nullopt; }
+  proc_stat s;
+  std::string_view pid_text = text.substr(0, open);
+  while (!pid_text.empty() && pid_text.back() == ' ') { pid_text.remove_suffix(1); }
+  if (!parse_number(pid_text, s.pid) || s.pid < 0) { return std::nullopt; }
+  s.comm = std::string(text.substr(open + 1, close - open - 1));
+  // Fields from (3) on; fields[0] is field (3).
+  const std::vector<std::string_view> fields = split_fields(text.substr(close + 1));
+  if (fields.size() < 20) { return std::nullopt; }
+  if (fields[0].size() != 1) { return std::nullopt; }
+  s.state = fields[0][0];
+  if (!parse_number(fields[1], s.ppid) || !parse_number(fields[2], s.pgid) || !parse_number(fields[3], s.sid) ||
+      !parse_number(fields[6], s.flags) || !parse_number(fields[17], s.num_threads) ||
+      !parse_number(fields[19], s.start_time)) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+const char* state_name(char state) noexcept {
+  switch (state) {
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "disk sleep";
+    case 'T': return "stopped";
+    case 't': return "tracing stop";
+    case 'Z': return "zombie";
+    case 'X':
+    case 'x': return "dead";
+    case 'I': return "idle";
+    case 'P': return "parked";
+    case 'K': return "wakekill";
+    case 'W': return "waking";
+    default: return "unknown";
+  }
+}
+
+bool under_prefix(std::string_view target, std::string_view prefix) noexcept {
+  return !prefix.empty() && target.size() >= prefix.size() && target.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::optional<proc_stat> read_stat(const std::string& proc_root, int pid) {
+  const std::optional<std::string> text = read_text(proc_root + "/" + std::to_string(pid) + "/stat", 4096);
+  if (!text) { return std::nullopt; }
+  return parse_proc_stat(*text);
+}
+
+process_info read_process(const std::string& proc_root, int pid, const std::string& prefix) {
+  process_info info;
+  info.pid = pid;
+  const std::string dir = proc_root + "/" + std::to_string(pid);
+  std::optional<proc_stat> stat = read_stat(proc_root, pid);
+  if (!stat) { return info; }
+  info.exists = true;
+  info.stat = std::move(*stat);
+  info.effective_state = info.stat.state;
+
+  // A thread group whose main thread exited (pthread_exit in main) shows the main thread's Z state,
+  // and its fd directory is empty, while the other threads run and hold the device: look at them.
+  std::string task_dir = dir;
+  if (info.stat.state == 'Z' && info.stat.num_threads > 1) {
+    if (const std::optional<std::vector<int>> tids = numeric_entries(dir + "/task")) {
+      for (const int tid : *tids) {
+        if (tid == pid) { continue; }
+        const std::string task = dir + "/task/" + std::to_string(tid);
+        const std::optional<std::string> text = read_text(task + "/stat", 4096);
+        const std::optional<proc_stat> ts = text ? parse_proc_stat(*text) : std::nullopt;
+        if (ts && !is_dead_state(ts->state)) {
+          info.main_thread_exited = true;
+          info.effective_state = ts->state;
+          info.stat.flags = ts->flags;  // the leader's say PF_EXITING; the process is not exiting
+          task_dir = task;
+          break;
+        }
+      }
+    }
+  }
+
+  if (const std::optional<std::string> cmdline = read_text(task_dir + "/cmdline", max_cmdline_bytes)) {
+    std::string command = *cmdline;
+    std::replace(command.begin(), command.end(), '\0', ' ');
+    while (!command.empty() && command.back() == ' ') { command.pop_back(); }
+    info.command = std::move(command);
+  }
+  if (info.command.empty()) { info.command = "[" + info.stat.comm + "]"; }
+
+  if (const std::optional<std::string> status = read_text(dir + "/status", 65536)) {
+    std::string_view rest = *status;
+    while (!rest.empty()) {
+      const std::size_t newline = rest.find('\n');
+      const std::string_view line = rest.substr(0, newline);
+      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+      const std::size_t colon = line.find(':');
+      if (colon == std::string_view::npos) { continue; }
+      const std::string_view key = line.substr(0, colon);
+      const std::vector<std::string_view> values = split_fields(line.substr(colon + 1));
+      if (key == "Uid" && !values.empty()) {
+        std::uint32_t uid = 0;
+        if (parse_number(values[0], uid)) { info.uid = uid; }
+      } else if (key == "NSpid") {
+        for (const std::string_view v : values) {
+          int n = 0;
+          if (parse_number(v, n)) { info.ns_pids.push_back(n); }
+        }
+      }
+    }
+  }
+  if (info.ns_pids.empty()) { info.ns_pids.push_back(pid); }
+
+  info.fds_readable = read_device_uses(task_dir + "/fd", task_dir + "/maps", prefix, info.devices);
+  return info;
+}
+
+scan_result scan_processes(const std::string& proc_root, const std::string& prefix, int self) {
+  scan_result result;
+  const std::optional<std::vector<int>> pids = numeric_entries(proc_root);
+  if (!pids) {
+    result.proc_readable = false;
+    result.proc_error = "cannot list " + proc_root + ": " + std::strerror(errno);
+    return result;
+  }
+  for (const int pid : *pids) {
+    if (std::optional<proc_stat> s = read_stat(proc_root, pid)) { result.table.emplace(pid, std::move(*s)); }
+  }
+  for (const auto& [pid, stat] : result.table) {
+    if (pid == self) { continue; }
+    process_info info = read_process(proc_root, pid, prefix);
+    if (!info.exists) { continue; }  // gone since the table was read
+    if (!info.fds_readable) {
+      // A zombie has no fd table to read; that is not a permission problem.
+      if (!is_dead_state(info.effective_state)) { ++result.unreadable; }
+      continue;
+    }
+    if (!info.devices.empty()) { result.holders.push_back(std::move(info)); }
+  }
+  return result;
+}
+
+const char* class_name(holder_class c) noexcept {
+  switch (c) {
+    case holder_class::running: return "running";
+    case holder_class::stopped: return "stopped";
+    case holder_class::zombie: return "zombie";
+    case holder_class::uninterruptible: return "uninterruptible";
+    case holder_class::orphaned: return "orphaned";
+    case holder_class::not_visible: return "not_visible";
+  }
+  return "running";
+}
+
+classification classify(const proc_stat* p, char state, const process_table& table) {
+  classification c;
+  if (p == nullptr) {
+    c.cls = holder_class::not_visible;
+    c.why = "no process with this PID in this PID namespace: NVML reports host PIDs, so it runs in another "
+            "container or on the host (or it has just exited)";
+    c.hint = "look from the host or from the container it runs in (nvidia-smi, gpuguard doctor there); "
+             "nothing here can signal it";
+    return c;
+  }
+  const std::string parent = describe(table, p->ppid);
+  if (is_dead_state(state)) {
+    c.cls = holder_class::zombie;
+    c.why = "it has exited and holds no files, but its parent, " + parent +
+            ", has not collected its exit status; GPU memory NVML still lists for it is the driver finishing the "
+            "teardown of its context";
+    c.hint = "no signal can end a zombie: it goes when its parent waits for it or exits; if NVML keeps listing "
+             "memory for it, the driver is stuck (check dmesg for Xid errors)";
+    return c;
+  }
+  const bool exiting = (p->flags & pf_exiting) != 0;
+
+  // The orphan rule (see the header and docs/doctor.md).
+  const bool leads_group = p->pgid == p->pid;
+  const bool leads_session = p->sid == p->pid;
+  const auto leader = table.find(p->pgid);
+  // A leader whose main thread exited while other threads run (Z with more than one thread) is alive.
+  const bool leader_alive = leader != table.end() && leader->second.pgid == p->pgid &&
+                            (!is_dead_state(leader->second.state) || leader->second.num_threads > 1);
+  const auto parent_it = table.find(p->ppid);
+  const bool parent_in_group = parent_it != table.end() && parent_it->second.pgid == p->pgid;
+  const bool orphan = p->pid != 1 && !exiting && !leads_group && !leads_session && !leader_alive && !parent_in_group;
+
+  std::string lineage;
+  if (orphan) {
+    lineage = "its parent is " + parent + (p->ppid == 1 || p->ppid == 0 ? "" : ", which adopted it (a subreaper or an ancestor)") +
+              ", outside its process group " + std::to_string(p->pgid) +
+              ", and that group has no live leader: the job that started it is gone";
+  } else if (p->pid == 1) {
+    lineage = "it is PID 1 (init) of this PID namespace";
+  } else if (leads_group || leads_session) {
+    lineage = std::string("it leads its own process ") + (leads_session ? "session" : "group") +
+              " (a service or a job's main process), with parent " + parent;
+  } else if (parent_in_group) {
+    lineage = "its parent, " + parent + ", is alive in its process group " + std::to_string(p->pgid);
+  } else {
+    lineage = "its parent is " + parent + ", but its process group " + std::to_string(p->pgid) +
+              " still has a live leader (PID " + std::to_string(p->pgid) + "), so it is not called orphaned";
+  }
+
+  c.orphaned = orphan;
+  if (orphan) {
+    c.cls = holder_class::orphaned;
+    c.why = lineage;
+    c.hint = "gpuguard doctor --reap ends it (SIGTERM, then SIGKILL after the grace period)";
+    if (state == 'D') { c.why += "; it is in an uninterruptible kernel call (D state) right now"; }
+    if (state == 'T' || state == 't') { c.why += "; it is stopped"; }
+  } else if (state == 'D') {
+    c.cls = holder_class::uninterruptible;
+    if (exiting) {
+      c.why = "it is exiting and blocked in the kernel (D state), most likely in the driver releasing its GPU "
+              "memory; " + lineage;
+      c.hint = "wait: signals cannot hurry it; if it stays across --watch samples, the driver is stuck (check "
+               "dmesg for Xid errors)";
+    } else {
+      c.why = "it is blocked in an uninterruptible kernel call (D state); " + lineage;
+      c.hint = "usually brief; if it stays across --watch samples, check dmesg for Xid errors";
+    }
+  } else if (state == 'T' || state == 't') {
+    c.cls = holder_class::stopped;
+    c.why = std::string("it is ") + (state == 't' ? "stopped by a debugger or tracer" : "stopped (SIGSTOP or SIGTSTP)") +
+            " and keeps its GPU memory while stopped; " + lineage;
+    c.hint = "resume it (kill -CONT " + std::to_string(p->pid) + ") or end it; --reap --pid " +
+             std::to_string(p->pid) + " ends it";
+  } else if (p->pid == 1) {
+    c.cls = holder_class::running;
+    c.why = lineage;
+    c.hint = "it is init: ending it ends this PID namespace (the container); end the processes under it instead";
+  } else {
+    c.cls = holder_class::running;
+    c.why = std::string(exiting ? "it is exiting; " : "it is alive; ") + lineage;
+    c.hint = "a live process using the GPU: end it the usual way if it should not run (--reap --pid " +
+             std::to_string(p->pid) + " does)";
+  }
+  return c;
+}
+
+}  // namespace gpuguard::cli::doctor

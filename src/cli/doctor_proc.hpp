@@ -1,0 +1,114 @@
+/// @file
+/// @brief What `gpuguard doctor` reads from /proc: process status, open device files, and the
+/// classification of a process that holds a GPU device (running, stopped, zombie, uninterruptible,
+/// orphaned, not visible in this PID namespace).
+///
+/// Everything here takes the /proc root and the device path prefix as parameters, so the scan runs
+/// on fake device files (tests) as well as on /dev/nvidia*. Nothing here throws for bad input:
+/// a process that vanishes or cannot be read mid-scan is simply reported as such.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuguard::cli::doctor {
+
+/// The fields of /proc/PID/stat the doctor uses (proc(5) numbering in the comments).
+struct proc_stat {
+  int pid = 0;                  ///< (1)
+  std::string comm;             ///< (2) without the parentheses
+  char state = '?';             ///< (3) R S D Z T t X I ...
+  int ppid = 0;                 ///< (4) 0 when the parent is outside this PID namespace
+  int pgid = 0;                 ///< (5)
+  int sid = 0;                  ///< (6)
+  std::uint64_t flags = 0;      ///< (9) PF_* flags
+  std::int64_t num_threads = 0; ///< (20)
+  std::uint64_t start_time = 0; ///< (22) clock ticks after boot: with the PID, the identity of a process
+};
+
+/// The kernel's PF_EXITING: the process is in do_exit().
+inline constexpr std::uint64_t pf_exiting = 0x4;
+
+/// Parses the text of /proc/PID/stat. The command name may hold spaces and parentheses (it ends at
+/// the last ')'). Returns nullopt for text that is not a stat line; never throws for bad input.
+std::optional<proc_stat> parse_proc_stat(std::string_view text);
+
+/// "running", "sleeping", "disk sleep", "stopped", "tracing stop", "zombie", "dead", "idle", ...
+const char* state_name(char state) noexcept;
+
+/// One device file a process holds, by path: how many descriptors name it and how many of its
+/// memory mappings (which keep the file open after the descriptor is closed).
+struct device_use {
+  std::string path;
+  int fds = 0;
+  int mappings = 0;
+};
+
+/// A process as the doctor reports it.
+struct process_info {
+  int pid = 0;
+  bool exists = false;             ///< has a /proc entry in this PID namespace
+  proc_stat stat;                  ///< valid when exists
+  char effective_state = '?';      ///< stat.state, or a live thread's when the main thread exited
+  bool main_thread_exited = false; ///< the main thread is a zombie while other threads run
+  std::string command;             ///< cmdline, arguments joined by spaces; comm when empty
+  std::optional<std::uint32_t> uid;
+  std::vector<int> ns_pids;        ///< NSpid: this namespace's PID first, then nested namespaces'
+  std::vector<device_use> devices; ///< device files under the prefix it holds open or mapped
+  bool fds_readable = false;       ///< its fd directory (and maps) could be read
+};
+
+/// The stat line of every process in the /proc tree, by PID: what classification looks at
+/// (parents, process group leaders).
+using process_table = std::map<int, proc_stat>;
+
+/// The result of one scan.
+struct scan_result {
+  process_table table;
+  std::vector<process_info> holders; ///< processes holding a device file, by PID
+  int unreadable = 0;                ///< processes whose fds could not be read (permission)
+  bool proc_readable = true;         ///< false when the /proc root itself could not be listed
+  std::string proc_error;
+};
+
+/// True when `target` (a readlink result or a maps path) names a file under `prefix`: the prefix
+/// is a plain string prefix ("/dev/nvidia" matches /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm).
+bool under_prefix(std::string_view target, std::string_view prefix) noexcept;
+
+/// Reads one process (stat, status, cmdline, and its device files under `prefix`).
+/// Returns an entry with exists == false when /proc_root/PID is absent or unreadable.
+process_info read_process(const std::string& proc_root, int pid, const std::string& prefix);
+
+/// Reads every process under `proc_root`, skipping `self`; holders are those with at least one
+/// device file under `prefix`.
+scan_result scan_processes(const std::string& proc_root, const std::string& prefix, int self);
+
+/// How a holder is classified; see docs/doctor.md ("How a holder is classified").
+enum class holder_class { running, stopped, zombie, uninterruptible, orphaned, not_visible };
+
+/// "running", "stopped", "zombie", "uninterruptible", "orphaned", "not_visible".
+const char* class_name(holder_class c) noexcept;
+
+struct classification {
+  holder_class cls = holder_class::running;
+  bool orphaned = false; ///< the orphan rule holds (what --reap acts on)
+  std::string why;       ///< one sentence: the evidence
+  std::string hint;      ///< one sentence: what to do
+};
+
+/// Classifies a process. `p` is null for a PID with no /proc entry (NVML's host PID seen from a
+/// container). `state` is the process's effective state (a live thread's when the main thread
+/// exited). The orphan rule: the process is alive and not exiting, is not PID 1, leads neither its
+/// process group nor its session, its process group has no live leader (no non-zombie process
+/// whose PID is the group ID and whose group is that group), and its parent is not a member of its
+/// process group (the parent is PID 1, a subreaper, or outside this namespace).
+classification classify(const proc_stat* p, char state, const process_table& table);
+
+/// Reads /proc_root/PID/stat again; nullopt when the process is gone or unreadable.
+std::optional<proc_stat> read_stat(const std::string& proc_root, int pid);
+
+}  // namespace gpuguard::cli::doctor

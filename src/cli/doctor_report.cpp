@@ -1,0 +1,559 @@
+// Renderings of a `gpuguard doctor` sample (see doctor_report.hpp).
+#include "doctor_report.hpp"
+
+#include "format.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string_view>
+
+namespace gpuguard::cli::doctor {
+
+namespace {
+
+using detail::append_json_string;
+using detail::format_bytes;
+
+std::string bytes_text(std::uint64_t b) { return format_bytes(static_cast<std::size_t>(b)); }
+
+std::string fixed(double value, int digits) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
+// The JSON writer: members are appended as `"key":value`, commas handled by the caller's order.
+class json_writer {
+ public:
+  explicit json_writer(std::string& out) : out_(out) {}
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
+  void key(std::string_view k) {
+    comma();
+    append_json_string(out_, k);
+    out_ += ':';
+    after_key_ = true;
+  }
+  void string(std::string_view s) {
+    comma();
+    append_json_string(out_, s);
+  }
+  void string_or_null(std::string_view s) {
+    if (s.empty()) {
+      null();
+    } else {
+      string(s);
+    }
+  }
+  void null() { raw("null"); }
+  void boolean(bool b) { raw(b ? "true" : "false"); }
+  void integer(std::int64_t v) { raw(std::to_string(v)); }
+  void unsigned_integer(std::uint64_t v) { raw(std::to_string(v)); }
+  void number(double v, int digits = 3) { raw(fixed(v, digits)); }
+  template <typename T>
+  void optional_unsigned(const std::optional<T>& v) {
+    if (v) {
+      unsigned_integer(static_cast<std::uint64_t>(*v));
+    } else {
+      null();
+    }
+  }
+
+ private:
+  void raw(std::string_view text) {
+    comma();
+    out_ += text;
+  }
+  void comma() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (!first_) { out_ += ','; }
+    first_ = false;
+  }
+  void open(char c) {
+    comma();
+    out_ += c;
+    first_ = true;
+  }
+  void close(char c) {
+    out_ += c;
+    first_ = false;
+  }
+
+  std::string& out_;
+  bool first_ = true;
+  bool after_key_ = false;
+};
+
+void write_reap(json_writer& w, const reap_outcome& r) {
+  w.begin_object();
+  w.key("action");
+  w.string(r.action);
+  w.key("signals");
+  w.begin_array();
+  for (const std::string& s : r.signals) { w.string(s); }
+  w.end_array();
+  w.key("detail");
+  w.string(r.detail);
+  w.end_object();
+}
+
+std::optional<std::uint64_t> holder_memory(const holder& h) {
+  std::optional<std::uint64_t> total;
+  for (const gpu_memory_use& m : h.memory) {
+    if (m.bytes) { total = total.value_or(0) + *m.bytes; }
+  }
+  return total;
+}
+
+std::string files_text(const holder& h) {
+  std::string out;
+  for (const device_use& d : h.info.devices) {
+    if (!out.empty()) { out += ", "; }
+    out += d.path + " (";
+    if (d.fds > 0) { out += std::to_string(d.fds) + (d.fds == 1 ? " fd" : " fds"); }
+    if (d.mappings > 0) {
+      out += std::string(d.fds > 0 ? ", " : "") + std::to_string(d.mappings) + (d.mappings == 1 ? " mapping" : " mappings");
+    }
+    out += ")";
+  }
+  return out;
+}
+
+std::string age_text(double seconds) {
+  if (seconds < 0) { return "-"; }
+  const auto s = static_cast<long long>(seconds);
+  char buffer[32];
+  if (s < 120) {
+    std::snprintf(buffer, sizeof buffer, "%llds", s);
+  } else if (s < 7200) {
+    std::snprintf(buffer, sizeof buffer, "%lldm", s / 60);
+  } else if (s < 172800) {
+    std::snprintf(buffer, sizeof buffer, "%lldh", s / 3600);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%lldd", s / 86400);
+  }
+  return buffer;
+}
+
+}  // namespace
+
+std::string residue_trend(std::optional<std::uint64_t> first, std::optional<std::uint64_t> last) {
+  if (!first || !last) { return "unknown"; }
+  const std::uint64_t tolerance = std::max<std::uint64_t>(std::uint64_t{1} << 20, *first / 100);
+  if (*last > *first && *last - *first > tolerance) { return "growing"; }
+  if (*first > *last && *first - *last > tolerance) { return "shrinking"; }
+  return "steady";
+}
+
+int exit_status_of(const sample& s) {
+  bool reap_failed = s.reap && !s.reap->unavailable.empty();
+  int remaining = 0;
+  for (const holder& h : s.holders) {
+    bool ended = false;
+    if (h.reap) {
+      const std::string& a = h.reap->action;
+      ended = a == "terminated" || a == "killed" || a == "gone";
+      if (a == "failed" || a == "survived") { reap_failed = true; }
+    }
+    if (h.holds && !ended) { ++remaining; }
+  }
+  if (reap_failed || s.scan_failed) { return exit_error; }
+  return remaining > 0 ? exit_holders : exit_no_holders;
+}
+
+std::string render_json(const sample& s) {
+  std::string out;
+  out.reserve(4096);
+  json_writer w(out);
+  w.begin_object();
+  w.key("schema");
+  w.string(schema_name);
+  w.key("version");
+  w.integer(schema_version);
+  w.key("time");
+  w.string(s.time);
+  w.key("pid_namespace");
+  w.string_or_null(s.pid_namespace);
+  w.key("device_prefix");
+  w.string(s.device_prefix);
+
+  w.key("nvml");
+  w.begin_object();
+  w.key("available");
+  w.boolean(s.nvml_available);
+  w.key("library");
+  w.string_or_null(s.nvml_library);
+  w.key("driver_version");
+  w.string_or_null(s.nvml_driver_version);
+  w.key("note");
+  w.string_or_null(s.nvml_note);
+  w.key("error");
+  w.string_or_null(s.nvml_error);
+  w.end_object();
+
+  w.key("devices");
+  w.begin_array();
+  for (const device_summary& d : s.devices) {
+    w.begin_object();
+    w.key("index");
+    w.unsigned_integer(d.nvml.index);
+    w.key("name");
+    w.string_or_null(d.nvml.name);
+    w.key("minor");
+    w.optional_unsigned(d.nvml.minor);
+    w.key("total_bytes");
+    w.optional_unsigned(d.nvml.total);
+    w.key("used_bytes");
+    w.optional_unsigned(d.nvml.used);
+    w.key("reserved_bytes");
+    w.optional_unsigned(d.nvml.reserved);
+    w.key("process_bytes");
+    w.unsigned_integer(d.process_bytes);
+    w.key("visible_process_bytes");
+    w.unsigned_integer(d.visible_process_bytes);
+    w.key("residue_bytes");
+    w.optional_unsigned(d.residue_bytes);
+    w.key("error");
+    w.string_or_null(d.nvml.error);
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("device_files");
+  w.begin_array();
+  for (const device_file_summary& f : s.device_files) {
+    w.begin_object();
+    w.key("path");
+    w.string(f.path);
+    w.key("holders");
+    w.integer(f.holders);
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("holders");
+  w.begin_array();
+  for (const holder& h : s.holders) {
+    const bool here = h.info.exists && !h.pid_names_other;
+    w.begin_object();
+    w.key("pid");
+    w.integer(h.info.pid);
+    w.key("ns_pids");
+    w.begin_array();
+    if (here) {
+      for (const int p : h.info.ns_pids) { w.integer(p); }
+    }
+    w.end_array();
+    w.key("class");
+    w.string(class_name(h.verdict.cls));
+    w.key("orphaned");
+    w.boolean(h.verdict.orphaned);
+    w.key("state");
+    if (here) {
+      w.string(std::string(1, h.info.effective_state));
+    } else {
+      w.null();
+    }
+    w.key("state_name");
+    if (here) {
+      w.string(state_name(h.info.effective_state));
+    } else {
+      w.null();
+    }
+    w.key("main_thread_exited");
+    w.boolean(here && h.info.main_thread_exited);
+    w.key("exiting");
+    w.boolean(here && (h.info.stat.flags & pf_exiting) != 0);
+    w.key("ppid");
+    if (here) { w.integer(h.info.stat.ppid); } else { w.null(); }
+    w.key("pgid");
+    if (here) { w.integer(h.info.stat.pgid); } else { w.null(); }
+    w.key("sid");
+    if (here) { w.integer(h.info.stat.sid); } else { w.null(); }
+    w.key("uid");
+    if (here && h.info.uid) { w.unsigned_integer(*h.info.uid); } else { w.null(); }
+    w.key("start_time");
+    if (here) { w.unsigned_integer(h.info.stat.start_time); } else { w.null(); }
+    w.key("age_s");
+    if (here && h.age_s >= 0) { w.number(h.age_s, 2); } else { w.null(); }
+    w.key("comm");
+    if (here) { w.string(h.info.stat.comm); } else { w.null(); }
+    w.key("command");
+    if (here) { w.string(h.info.command); } else { w.null(); }
+    w.key("files");
+    w.begin_array();
+    for (const device_use& d : h.info.devices) {
+      w.begin_object();
+      w.key("path");
+      w.string(d.path);
+      w.key("fds");
+      w.integer(d.fds);
+      w.key("mappings");
+      w.integer(d.mappings);
+      w.end_object();
+    }
+    w.end_array();
+    w.key("files_readable");
+    w.boolean(here && h.info.fds_readable);
+    w.key("gpu_memory");
+    w.begin_array();
+    for (const gpu_memory_use& m : h.memory) {
+      w.begin_object();
+      w.key("device");
+      w.unsigned_integer(m.device);
+      w.key("bytes");
+      w.optional_unsigned(m.bytes);
+      w.end_object();
+    }
+    w.end_array();
+    w.key("gpu_memory_bytes");
+    w.optional_unsigned(holder_memory(h));
+    w.key("holds");
+    w.boolean(h.holds);
+    w.key("named");
+    w.boolean(h.named);
+    w.key("why");
+    w.string(h.verdict.why);
+    w.key("hint");
+    w.string(h.verdict.hint);
+    w.key("reap");
+    if (h.reap) { write_reap(w, *h.reap); } else { w.null(); }
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("holder_count");
+  w.integer(s.holder_count);
+  w.key("residue_bytes");
+  w.optional_unsigned(s.residue_bytes);
+  w.key("unreadable_processes");
+  w.integer(s.unreadable_processes);
+  w.key("notes");
+  w.begin_array();
+  for (const std::string& n : s.notes) { w.string(n); }
+  w.end_array();
+
+  w.key("reap");
+  if (s.reap) {
+    w.begin_object();
+    w.key("grace_s");
+    w.number(s.reap->grace_s);
+    w.key("available");
+    w.boolean(s.reap->unavailable.empty());
+    w.key("note");
+    w.string_or_null(s.reap->unavailable);
+    w.end_object();
+  } else {
+    w.null();
+  }
+
+  w.key("watch");
+  if (s.watch) {
+    const watch_summary& ws = *s.watch;
+    w.begin_object();
+    w.key("interval_s");
+    w.number(ws.interval_s);
+    w.key("sample");
+    w.integer(ws.sample);
+    w.key("count");
+    if (ws.count) { w.integer(*ws.count); } else { w.null(); }
+    w.key("elapsed_s");
+    w.number(ws.elapsed_s);
+    w.key("residue_trend");
+    w.string(ws.residue_trend);
+    w.key("residue_first_bytes");
+    w.optional_unsigned(ws.residue_first_bytes);
+    w.key("residue_last_bytes");
+    w.optional_unsigned(ws.residue_last_bytes);
+    w.key("residue_min_bytes");
+    w.optional_unsigned(ws.residue_min_bytes);
+    w.key("residue_max_bytes");
+    w.optional_unsigned(ws.residue_max_bytes);
+    w.key("holders_first");
+    w.integer(ws.holders_first);
+    w.key("holders_last");
+    w.integer(ws.holders_last);
+    w.end_object();
+  } else {
+    w.null();
+  }
+  w.key("exit_status");
+  w.integer(s.exit_status);
+  w.end_object();
+  out += '\n';
+  return out;
+}
+
+std::string render_text(const sample& s) {
+  std::string out;
+  const std::string where = "file under " + s.device_prefix;
+  const bool named = std::any_of(s.holders.begin(), s.holders.end(), [](const holder& h) { return h.named; });
+  if (named) {
+    out += "gpuguard doctor: " + std::to_string(s.holders.size()) +
+           (s.holders.size() == 1 ? " named process, " : " named processes, ") + std::to_string(s.holder_count) +
+           (s.holder_count == 1 ? " of them holds" : " of them hold") + " a GPU device (a " + where +
+           (s.nvml_available ? ", or NVML memory)\n" : ")\n");
+  } else if (s.holder_count == 0) {
+    out += "gpuguard doctor: no process holds a GPU device (no " + where + " is open or mapped";
+    out += s.nvml_available ? "; NVML lists no process)\n" : ")\n";
+  } else {
+    out += "gpuguard doctor: " + std::to_string(s.holder_count) +
+           (s.holder_count == 1 ? " process holds" : " processes hold") + " a GPU device (a " + where +
+           " open or mapped" + (s.nvml_available ? ", or memory in NVML's process list" : "") + ")\n";
+  }
+  if (!s.nvml_note.empty()) { out += s.nvml_note + "\n"; }
+  if (!s.nvml_error.empty()) { out += "NVML error: " + s.nvml_error + "\n"; }
+
+  for (const device_summary& d : s.devices) {
+    out += "device " + std::to_string(d.nvml.index);
+    if (!d.nvml.name.empty()) { out += "  " + d.nvml.name; }
+    if (d.nvml.minor) { out += " (" + s.device_prefix + std::to_string(*d.nvml.minor) + ")"; }
+    out += ":";
+    if (d.nvml.used && d.nvml.total) {
+      out += " used " + bytes_text(*d.nvml.used) + " of " + bytes_text(*d.nvml.total);
+      if (d.nvml.reserved) { out += " (driver reserve " + bytes_text(*d.nvml.reserved) + " apart)"; }
+      out += "; processes " + bytes_text(d.process_bytes);
+      if (d.visible_process_bytes != d.process_bytes) {
+        out += " (" + bytes_text(d.visible_process_bytes) + " of them visible here)";
+      }
+      if (d.residue_bytes) { out += "; residue " + bytes_text(*d.residue_bytes); }
+    } else {
+      out += " memory unknown";
+    }
+    if (!d.nvml.error.empty()) { out += " [" + d.nvml.error + "]"; }
+    out += "\n";
+  }
+  if (s.residue_bytes && *s.residue_bytes > 0) {
+    out += "residue: " + bytes_text(*s.residue_bytes) +
+           " of device memory is in use with no process in this PID namespace to account for it: it is held by "
+           "processes of another namespace (listed as not_visible when NVML names them) or by the driver "
+           "tearing down a context; --watch SECONDS shows whether it drains\n";
+  }
+
+  if (!s.holders.empty()) {
+    out += "\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "%8s  %-15s  %-14s  %8s  %6s  %-11s  %s\n", "PID", "CLASS", "STATE", "PPID", "AGE",
+                  "GPU MEMORY", "COMMAND");
+    out += line;
+    for (const holder& h : s.holders) {
+      const bool here = h.info.exists && !h.pid_names_other;
+      const std::string state =
+          here ? std::string(1, h.info.effective_state) + " " + state_name(h.info.effective_state) : "-";
+      const std::string ppid = here ? std::to_string(h.info.stat.ppid) : "-";
+      const std::optional<std::uint64_t> memory = holder_memory(h);
+      const std::string mem = memory ? bytes_text(*memory) : (h.memory.empty() ? "-" : "unknown");
+      std::string command = here ? h.info.command : "(not in this PID namespace)";
+      // One row per process: control characters in a command line would break it.
+      std::replace_if(command.begin(), command.end(), [](char c) { return c >= 0 && c < ' '; }, ' ');
+      if (command.size() > 60) { command = command.substr(0, 57) + "..."; }
+      std::snprintf(line, sizeof line, "%8d  %-15s  %-14s  %8s  %6s  %-11s  %s\n", h.info.pid, class_name(h.verdict.cls),
+                    state.c_str(), ppid.c_str(), here ? age_text(h.age_s).c_str() : "-", mem.c_str(),
+                    command.c_str());
+      out += line;
+      const std::string indent(10, ' ');
+      if (!h.info.devices.empty()) { out += indent + "files: " + files_text(h) + "\n"; }
+      if (h.named && !h.holds) { out += indent + "holds: nothing (no device file open or mapped, not listed by NVML)\n"; }
+      if (here && h.info.ns_pids.size() > 1) {
+        out += indent + "pid in nested namespaces:";
+        for (std::size_t i = 1; i < h.info.ns_pids.size(); ++i) { out += " " + std::to_string(h.info.ns_pids[i]); }
+        out += "\n";
+      }
+      out += indent + "why:  " + h.verdict.why + "\n";
+      out += indent + "next: " + h.verdict.hint + "\n";
+      if (h.reap) {
+        out += indent + "reap: " + h.reap->action;
+        if (!h.reap->signals.empty()) {
+          out += " [";
+          for (std::size_t i = 0; i < h.reap->signals.size(); ++i) { out += (i > 0 ? " " : "") + h.reap->signals[i]; }
+          out += "]";
+        }
+        out += ": " + h.reap->detail + "\n";
+      }
+    }
+  }
+  if (s.reap && !s.reap->unavailable.empty()) {
+    out += "\nreap refused: " + s.reap->unavailable + "; nothing was signalled\n";
+  } else if (s.reap) {
+    int targets = 0;
+    int ended = 0;
+    for (const holder& h : s.holders) {
+      if (!h.reap) { continue; }
+      ++targets;
+      const std::string& a = h.reap->action;
+      ended += a == "terminated" || a == "killed" || a == "gone" ? 1 : 0;
+    }
+    if (targets == 0) {
+      out += "\nreap: no holder is orphaned (and no --pid named one): nothing was signalled\n";
+    } else {
+      out += "\nreap: " + std::to_string(ended) + " of " + std::to_string(targets) +
+             (targets == 1 ? " target has" : " targets have") + " ended (grace " + fixed(s.reap->grace_s, 1) +
+             " s); no GPU was reset\n";
+    }
+  }
+  if (s.unreadable_processes > 0) {
+    out += "\nnote: " + std::to_string(s.unreadable_processes) +
+           " processes could not be inspected (permission denied): run as root to see every holder\n";
+  }
+  for (const std::string& n : s.notes) { out += "note: " + n + "\n"; }
+  return out;
+}
+
+std::string render_watch_line(const sample& s, const sample& first, const sample& previous) {
+  std::string out = "[+" + fixed(s.watch ? s.watch->elapsed_s : 0.0, 1) + " s] sample " +
+                    std::to_string(s.watch ? s.watch->sample : 0);
+  if (s.watch && s.watch->count) { out += "/" + std::to_string(*s.watch->count); }
+  out += ": " + std::to_string(s.holder_count) + (s.holder_count == 1 ? " holder" : " holders");
+  if (s.residue_bytes) {
+    out += "; residue " + bytes_text(*s.residue_bytes);
+    if (first.residue_bytes) {
+      out += " (" +
+             detail::format_signed_bytes(static_cast<std::int64_t>(*s.residue_bytes) -
+                                         static_cast<std::int64_t>(*first.residue_bytes)) +
+             " since the first sample)";
+    }
+  } else {
+    out += "; residue unknown";
+  }
+  std::set<int> before;
+  std::set<int> now;
+  for (const holder& h : previous.holders) {
+    if (h.holds) { before.insert(h.info.pid); }
+  }
+  for (const holder& h : s.holders) {
+    if (h.holds) { now.insert(h.info.pid); }
+  }
+  for (const int pid : before) {
+    if (now.count(pid) == 0) { out += "; PID " + std::to_string(pid) + " gone"; }
+  }
+  for (const holder& h : s.holders) {
+    if (h.holds && before.count(h.info.pid) == 0) {
+      out += "; new: PID " + std::to_string(h.info.pid) + " (" + class_name(h.verdict.cls) + ")";
+    }
+  }
+  return out + "\n";
+}
+
+std::string render_watch_summary(const sample& last) {
+  if (!last.watch) { return ""; }
+  const watch_summary& w = *last.watch;
+  std::string out = "watch: " + std::to_string(w.sample) + (w.sample == 1 ? " sample" : " samples") + " over " +
+                    fixed(w.elapsed_s, 1) + " s; holders " + std::to_string(w.holders_first) + " -> " +
+                    std::to_string(w.holders_last) + "; residue ";
+  if (w.residue_trend == "unknown") {
+    out += "unknown (" + std::string(last.nvml_available ? "fewer than two samples" : "no NVML") + ")";
+  } else {
+    out += w.residue_trend + ": " + bytes_text(*w.residue_first_bytes) + " -> " + bytes_text(*w.residue_last_bytes) +
+           " (min " + bytes_text(w.residue_min_bytes.value_or(0)) + ", max " + bytes_text(w.residue_max_bytes.value_or(0)) +
+           ")";
+  }
+  return out + "\n";
+}
+
+}  // namespace gpuguard::cli::doctor

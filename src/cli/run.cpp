@@ -1,0 +1,333 @@
+// `gpuguard run [OPTIONS] -- CMD [ARGS...]`: the command line, the environment CMD gets, and the
+// words at the end. The process machinery is run_supervisor.cpp; the report is run_report.cpp.
+// Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
+// started; 2 for a usage error; 1 when the supervisor itself failed.
+#include "commands.hpp"
+#include "format.hpp"
+#include "run_report.hpp"
+#include "run_supervisor.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <climits>
+#include <unistd.h>
+
+extern char** environ;  // NOLINT: POSIX declares it nowhere in C++
+
+namespace gpuguard::cli {
+
+namespace {
+
+constexpr const char* help_text =
+    "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD so that no process of it outlives it: when CMD ends, however it ends, every process\n"
+    "it left behind (children, grandchildren, ones that called setsid or left its process group)\n"
+    "gets SIGTERM, then SIGKILL after a grace period. Then says which of them held a GPU device\n"
+    "(/dev/nvidia*) when CMD ended, and how much memory NVML says they held.\n"
+    "\n"
+    "  - CMD runs in a process group of its own; gpuguard is a child subreaper, so orphaned\n"
+    "    descendants come back to it, and it reaps every zombie\n"
+    "  - SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT are forwarded\n"
+    "    to CMD's process group; on a terminal, CMD's group gets the foreground (Ctrl-C reaches it\n"
+    "    directly, and Ctrl-Z stops the whole job)\n"
+    "  - during the grace period, SIGINT/SIGTERM/SIGHUP/SIGQUIT to gpuguard cut it short: SIGKILL\n"
+    "    at once\n"
+    "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
+    "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
+    "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
+    "    docs/run.md\n"
+    "\n"
+    "options:\n"
+    "  --grace SECONDS        time between SIGTERM and SIGKILL for the leftovers (default 5;\n"
+    "                         decimals allowed, e.g. 0.5; 0 to 86400; 0 means SIGKILL at once)\n"
+    "  --report PATH          write a JSON report (schema gpuguard.run version 1, docs/run.md):\n"
+    "                         the command, its status and duration, the signals forwarded, the\n"
+    "                         leftovers and how each ended, the device holders. '%p' in PATH is\n"
+    "                         gpuguard's pid. Written through a temporary file and a rename\n"
+    "  --device-prefix PATH   device files that count as holding a GPU: open or mapped files\n"
+    "                         whose path starts with PATH (default /dev/nvidia; environment:\n"
+    "                         GPUGUARD_DEVICE_PREFIX)\n"
+    "  --track                track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD\n"
+    "                         (found in ../lib next to the gpuguard executable, or in the build\n"
+    "                         tree; GPUGUARD_PRELOAD_LIBRARY=PATH names it)\n"
+    "  --options K=V:...      append these items to CMD's GPUGUARD_OPTIONS (docs/options.md);\n"
+    "                         later items win, so these override the environment's\n"
+    "  -h, --help             this help\n"
+    "\n"
+    "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
+    "\n"
+    "environment:\n"
+    "  GPUGUARD_RUN_OPTIONS   defaults for the options, 'key=value' items separated by ':':\n"
+    "                         grace=SECONDS, report=PATH, track=0|1 (options on the command\n"
+    "                         line win). A bad item is reported on stderr and ignored. It is not\n"
+    "                         passed on to CMD\n"
+    "  GPUGUARD_DEVICE_PREFIX  as --device-prefix\n"
+    "  GPUGUARD_NVML_LIBRARY  the NVML library to load (default libnvidia-ml.so.1)\n"
+    "\n"
+    "At the end, one line on stderr:\n"
+    "  [gpuguard run] python3 exited with status 0 after 12.3 s; no process outlived it; no\n"
+    "  process of it holds a GPU\n"
+    "\n"
+    "exit status:\n"
+    "  CMD's exit status, or 128+N when signal N ended it\n"
+    "  127  CMD was not found; 126  CMD could not be executed\n"
+    "  2    usage error (nothing is started)\n"
+    "  1    gpuguard itself failed, or CMD's status could not be learnt\n";
+
+constexpr double max_grace_s = 86400.0;
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "gpuguard run: %s (see 'gpuguard run --help')\n", message.c_str());
+  return 2;
+}
+
+// "5", "0.5", "10.25": seconds as plain decimal digits; milliseconds (rounded up), or nullopt.
+std::optional<std::int64_t> parse_grace(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') { ++i; }
+  if (i == 0 || i > 9) { return std::nullopt; }
+  if (i < text.size()) {
+    if (text[i] != '.' || i + 1 == text.size()) { return std::nullopt; }
+    for (std::size_t k = i + 1; k < text.size(); ++k) {
+      if (text[k] < '0' || text[k] > '9') { return std::nullopt; }
+    }
+  }
+  const double seconds = std::strtod(std::string(text).c_str(), nullptr);
+  if (!(seconds >= 0.0 && seconds <= max_grace_s)) { return std::nullopt; }
+  return static_cast<std::int64_t>(std::ceil(seconds * 1000.0 - 1e-6));
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  if (text == "1" || text == "true" || text == "yes") { return true; }
+  if (text == "0" || text == "false" || text == "no") { return false; }
+  return std::nullopt;
+}
+
+bool readable_file(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
+
+std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) { return "."; }
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The preload library, or "" with `looked` naming every place tried.
+std::string find_preload_library(std::string& looked) {
+  if (const char* named = std::getenv("GPUGUARD_PRELOAD_LIBRARY"); named != nullptr && *named != '\0') {
+    looked = std::string("GPUGUARD_PRELOAD_LIBRARY=") + named;
+    return readable_file(named) ? std::string(named) : std::string();
+  }
+  char exe[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) {
+    looked = "/proc/self/exe (unreadable)";
+    return {};
+  }
+  const std::string dir = directory_of(std::string(exe, static_cast<std::size_t>(n)));
+  const char* name = "libgpuguard_preload.so";
+  // Installed: bin/gpuguard and lib/ (or lib64/). Build tree: src/cli/gpuguard and src/preload/.
+  const std::string candidates[] = {dir + "/../lib/" + name, dir + "/../lib64/" + name, dir + "/../preload/" + name};
+  for (const std::string& c : candidates) {
+    looked += (looked.empty() ? "" : ", ") + c;
+    if (readable_file(c)) {
+      char resolved[PATH_MAX];
+      return ::realpath(c.c_str(), resolved) != nullptr ? std::string(resolved) : c;
+    }
+  }
+  return {};
+}
+
+struct parsed_options {
+  std::optional<std::int64_t> grace_ms;
+  std::optional<std::string> report;
+  std::optional<std::string> device_prefix;
+  std::optional<bool> track;
+  std::vector<std::string> options;  // --options, in order
+};
+
+// GPUGUARD_RUN_OPTIONS: defaults under the command line, with the GPUGUARD_OPTIONS conventions
+// (a bad item is named on stderr and ignored).
+void read_environment_options(parsed_options& opts) {
+  const char* text = std::getenv("GPUGUARD_RUN_OPTIONS");
+  if (text == nullptr) { return; }
+  const std::string_view all(text);
+  std::size_t begin = 0;
+  while (begin <= all.size()) {
+    std::size_t end = all.find(':', begin);
+    if (end == std::string_view::npos) { end = all.size(); }
+    const std::string_view item = all.substr(begin, end - begin);
+    begin = end + 1;
+    if (item.empty()) { continue; }
+    const std::size_t eq = item.find('=');
+    const std::string key(item.substr(0, eq));
+    const std::string value(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
+    const auto bad = [&](const char* expected) {
+      std::fprintf(stderr, "gpuguard run: GPUGUARD_RUN_OPTIONS: bad value '%s' for %s (%s); ignored\n", value.c_str(),
+                   key.c_str(), expected);
+    };
+    if (key == "grace") {
+      if (auto ms = parse_grace(value)) { opts.grace_ms = ms; } else { bad("seconds, e.g. 5 or 0.5, 0 to 86400"); }
+    } else if (key == "report") {
+      opts.report = value;
+    } else if (key == "track") {
+      if (auto b = parse_bool(value)) { opts.track = b; } else { bad("0 or 1"); }
+    } else {
+      std::fprintf(stderr, "gpuguard run: GPUGUARD_RUN_OPTIONS: unknown key '%s'; ignored\n", key.c_str());
+    }
+  }
+}
+
+// CMD's environment: ours, without GPUGUARD_RUN_OPTIONS, with LD_PRELOAD and GPUGUARD_OPTIONS
+// extended as asked.
+std::vector<std::string> command_environment(const std::string& preload, const std::vector<std::string>& options) {
+  std::vector<std::string> env;
+  std::optional<std::string> ld_preload;
+  std::optional<std::string> gpuguard_options;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("GPUGUARD_RUN_OPTIONS=", 0) == 0) { continue; }
+    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
+      ld_preload = std::string(entry.substr(std::strlen("LD_PRELOAD=")));
+      continue;
+    }
+    if (entry.rfind("GPUGUARD_OPTIONS=", 0) == 0) {
+      gpuguard_options = std::string(entry.substr(std::strlen("GPUGUARD_OPTIONS=")));
+      continue;
+    }
+    env.emplace_back(entry);
+  }
+  if (!preload.empty()) {
+    // LD_PRELOAD takes ':' or ' ' between entries; ours goes first, the rest is kept.
+    bool present = false;
+    if (ld_preload) {
+      std::size_t begin = 0;
+      while (begin <= ld_preload->size()) {
+        std::size_t end = ld_preload->find_first_of(": ", begin);
+        if (end == std::string::npos) { end = ld_preload->size(); }
+        present = present || ld_preload->compare(begin, end - begin, preload) == 0;
+        begin = end + 1;
+      }
+    }
+    if (!present) { ld_preload = ld_preload && !ld_preload->empty() ? preload + ":" + *ld_preload : preload; }
+  }
+  for (const std::string& o : options) {
+    gpuguard_options = gpuguard_options && !gpuguard_options->empty() ? *gpuguard_options + ":" + o : o;
+  }
+  if (ld_preload) { env.push_back("LD_PRELOAD=" + *ld_preload); }
+  if (gpuguard_options) { env.push_back("GPUGUARD_OPTIONS=" + *gpuguard_options); }
+  return env;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  parsed_options opts;
+  read_environment_options(opts);
+  if (const char* prefix = std::getenv("GPUGUARD_DEVICE_PREFIX"); prefix != nullptr && *prefix != '\0') {
+    opts.device_prefix = prefix;
+  }
+  run_config config;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') { break; }  // CMD starts here
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(help_text, stdout);
+      return 0;
+    }
+    if (arg == "--track") {
+      opts.track = true;
+      continue;
+    }
+    // Options with a value: "--grace 5" or "--grace=5".
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    if (name != "--grace" && name != "--report" && name != "--device-prefix" && name != "--options") {
+      return usage_error("unknown option '" + arg + "'");
+    }
+    if (!value) {
+      if (i + 1 >= argc) { return usage_error(name + " needs a value"); }
+      value = argv[++i];
+    }
+    if (name == "--grace") {
+      const auto ms = parse_grace(*value);
+      if (!ms) {
+        return usage_error("bad --grace value '" + *value + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
+      }
+      opts.grace_ms = ms;
+    } else if (name == "--report") {
+      if (value->empty()) { return usage_error("--report needs a path"); }
+      opts.report = *value;
+    } else if (name == "--device-prefix") {
+      if (value->empty()) { return usage_error("--device-prefix needs a path"); }
+      opts.device_prefix = *value;
+    } else {
+      if (value->empty()) { return usage_error("--options needs K=V items"); }
+      opts.options.push_back(*value);
+    }
+  }
+  if (i >= argc) { return usage_error("no command given: gpuguard run [OPTIONS] -- CMD [ARGS...]"); }
+  for (; i < argc; ++i) { config.command.emplace_back(argv[i]); }
+  if (config.command.front().empty()) { return usage_error("the command is an empty string"); }
+  if (opts.grace_ms) { config.grace_ms = *opts.grace_ms; }
+  if (opts.device_prefix) { config.device_prefix = *opts.device_prefix; }
+  if (opts.report && !opts.report->empty()) {
+    config.report_path = detail::expand_path(*opts.report);
+    const std::string dir = directory_of(config.report_path);
+    if (::access(dir.c_str(), W_OK) != 0) {
+      return usage_error("cannot write the report '" + config.report_path + "': " + dir + ": " + std::strerror(errno));
+    }
+  }
+  std::string preload;
+  if (opts.track.value_or(false)) {
+    std::string looked;
+    preload = find_preload_library(looked);
+    if (preload.empty()) {
+      std::fprintf(stderr,
+                   "gpuguard run: --track: libgpuguard_preload.so not found; looked in: %s "
+                   "(build it, or set GPUGUARD_PRELOAD_LIBRARY=PATH)\n",
+                   looked.c_str());
+      return 2;
+    }
+  }
+  config.environment = command_environment(preload, opts.options);
+
+  run_outcome outcome;
+  try {
+    outcome = supervise(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpuguard run: %s\n", e.what());
+    return 1;
+  }
+  if (outcome.how == run_outcome::end::not_started) {
+    std::fprintf(stderr, "gpuguard run: cannot start '%s': %s\n", config.command.front().c_str(),
+                 std::strerror(outcome.exec_error));
+  } else {
+    std::fputs(run_summary_line(config, outcome).c_str(), stderr);
+  }
+  if (!config.report_path.empty()) {
+    const std::string error = detail::write_file_atomically(config.report_path, run_report_json(config, outcome));
+    if (!error.empty()) { std::fprintf(stderr, "gpuguard run: cannot write the report: %s\n", error.c_str()); }
+  }
+  return outcome.exit_status;
+}
+
+}  // namespace gpuguard::cli

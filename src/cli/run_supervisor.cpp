@@ -1,0 +1,681 @@
+// The supervisor, the anchor and CMD (see run_supervisor.hpp). Signals reach the supervisor and the
+// anchor only through signalfd: both block every signal they act on, so no handler ever runs and
+// nothing here needs to be async-signal-safe except the child between fork and exec.
+#include "run_supervisor.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace gpuguard::cli {
+
+namespace {
+
+// Forwarded to CMD's process group. SIGCONT too: a job continued by the shell continues whole.
+constexpr int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
+
+// During a grace period, these to the supervisor mean "stop waiting".
+bool is_termination(int signal) noexcept {
+  return signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
+}
+
+// After the SIGKILLs, how long to wait for processes to go (one in uninterruptible sleep, such as
+// a GPU driver call, ends only when that call returns).
+constexpr auto kill_wait = std::chrono::seconds(5);
+// How often the process table is read again while waiting for processes to end.
+constexpr int rescan_ms = 10;
+
+using steady = std::chrono::steady_clock;
+
+std::int64_t elapsed_ns(steady::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - since).count();
+}
+
+std::int64_t unix_now_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// An owned file descriptor.
+class unique_fd {
+ public:
+  unique_fd() noexcept = default;
+  explicit unique_fd(int fd) noexcept : fd_(fd) {}
+  unique_fd(const unique_fd&) = delete;
+  unique_fd& operator=(const unique_fd&) = delete;
+  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  unique_fd& operator=(unique_fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~unique_fd() { reset(); }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  void reset() noexcept {
+    if (fd_ >= 0) { ::close(fd_); }
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), "gpuguard run: " + what);
+}
+
+// A close-on-exec pipe: `read_end`, `write_end`.
+void make_pipe(unique_fd& read_end, unique_fd& write_end) {
+  int fds[2] = {-1, -1};
+  if (::pipe2(fds, O_CLOEXEC) != 0) { throw_errno("pipe"); }
+  read_end = unique_fd(fds[0]);
+  write_end = unique_fd(fds[1]);
+}
+
+// The signals the supervisor acts on: SIGCHLD, and each forwarded one that was not ignored when it
+// started. One ignored then (nohup's SIGHUP, the SIGINT and SIGQUIT of a background job in a
+// script) stays ignored, by the supervisor and by CMD, which inherits the disposition.
+sigset_t handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int s : forwarded_signals) {
+    struct sigaction now {};
+    if (::sigaction(s, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) { sigaddset(&set, s); }
+  }
+  sigaddset(&set, SIGCHLD);
+  return set;
+}
+
+unique_fd make_signal_fd(const sigset_t& set) {
+  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) { throw_errno("signalfd"); }
+  return unique_fd(fd);
+}
+
+// Reads every pending signal from a signalfd, in order.
+template <typename F>
+void drain_signals(int fd, F&& on_signal) {
+  signalfd_siginfo infos[16];
+  for (;;) {
+    const ssize_t n = ::read(fd, infos, sizeof infos);
+    if (n < 0 && errno == EINTR) { continue; }
+    if (n <= 0) { return; }
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof infos[0]; ++i) {
+      on_signal(static_cast<int>(infos[i].ssi_signo));
+    }
+  }
+}
+
+// Waits until `fd` is readable or `timeout_ms` passed (-1: no limit). True when readable.
+bool wait_readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  const int n = ::poll(&p, 1, timeout_ms);
+  return n > 0;
+}
+
+// The anchor's messages to the supervisor: fixed-size, so each write is atomic (< PIPE_BUF).
+struct message {
+  std::int32_t kind;
+  std::int32_t value;
+};
+enum message_kind : std::int32_t {
+  msg_started = 1,      // value: CMD's pid
+  msg_exec_failed = 2,  // value: errno
+  msg_stopped = 3,      // value: the signal that stopped CMD
+  msg_ended = 4,        // value: CMD's wait status
+};
+
+// The supervisor's one word to the anchor: 'x', "everything is ended, exit".
+bool tell_anchor_to_exit(int fd) noexcept {
+  ssize_t n = 0;
+  do { n = ::write(fd, "x", 1); } while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
+void send_message(int fd, std::int32_t kind, std::int32_t value) noexcept {
+  const message m{kind, value};
+  ssize_t n = 0;
+  do { n = ::write(fd, &m, sizeof m); } while (n < 0 && errno == EINTR);
+}
+
+// Signals the process `p` names (pid and start time), never a later one that reused its pid: the
+// pidfd pins the process, and the start time read after opening it proves it is the same one.
+int send_signal(const proc_entry& p, int signal) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+  const long pidfd = ::syscall(SYS_pidfd_open, p.pid, 0);
+  if (pidfd >= 0) {
+    int error = 0;
+    const auto now = read_proc_entry(p.pid);
+    if (!now || now->start_time != p.start_time) {
+      error = ESRCH;
+    } else if (::syscall(SYS_pidfd_send_signal, static_cast<int>(pidfd), signal, nullptr, 0) != 0) {
+      error = errno;
+    }
+    ::close(static_cast<int>(pidfd));
+    return error;
+  }
+  if (errno == ESRCH) { return ESRCH; }
+#endif
+  const auto now = read_proc_entry(p.pid);  // no pidfd (old kernel, no descriptors left): kill(2)
+  if (!now || now->start_time != p.start_time) { return ESRCH; }
+  return ::kill(p.pid, signal) == 0 ? 0 : errno;
+}
+
+std::vector<proc_entry> live_descendants(pid_t root, pid_t spare) {
+  std::vector<proc_entry> found = descendants_of(root, list_processes());
+  found.erase(std::remove_if(found.begin(), found.end(),
+                             [&](const proc_entry& p) { return !p.alive() || p.pid == spare; }),
+              found.end());
+  return found;
+}
+
+residue_check check_devices(const std::vector<proc_entry>& processes, const std::string& prefix) {
+  residue_check check;
+  check.done = true;
+  for (const proc_entry& p : processes) {
+    device_files files = held_device_files(p.pid, prefix);
+    if (!files.paths.empty()) {
+      check.holders.push_back(device_holder{p.pid, p.comm, read_cmdline(p.pid), std::move(files.paths), {}});
+    } else if (files.error != 0 && files.error != ENOENT && files.error != ESRCH) {
+      check.not_inspected.emplace_back(p.pid, files.error);
+    }
+  }
+  if (!check.holders.empty()) {
+    const gpu_process_snapshot snapshot = query_gpu_processes();
+    check.nvml_queried = true;
+    check.nvml_available = snapshot.available;
+    check.nvml_note = snapshot.note;
+    for (device_holder& h : check.holders) {
+      for (const gpu_process& g : snapshot.processes) {
+        if (g.pid == h.pid) { h.gpu.push_back(g); }
+      }
+    }
+  }
+  return check;
+}
+
+struct teardown_params {
+  pid_t root = 0;                 // whose descendants are ended
+  pid_t spare = 0;                // one of them left alone (the anchor), not what is below it
+  pid_t job_group = 0;            // CMD's process group, to tell who left it
+  std::int64_t grace_ms = 0;
+  int signal_fd = -1;             // SIGCHLD wakes the wait; see `signals_cut_short`
+  bool signals_cut_short = true;  // SIGINT/TERM/HUP/QUIT on signal_fd end the grace period at once
+};
+
+// SIGTERM (and SIGCONT, so that a stopped process sees it) to every live descendant, then up to
+// the grace period for them to go, sending SIGTERM to any that appears meanwhile; then SIGKILL to
+// whatever is left, again until none is found. `reap` collects zombies among the caller's
+// children; `first_look` sees the leftovers before any signal (the residue check).
+teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap,
+                              const std::function<void(const std::vector<proc_entry>&)>& first_look) {
+  teardown_result result;
+  reap();
+  std::vector<proc_entry> live = live_descendants(params.root, params.spare);
+  if (first_look) {
+    first_look(live);
+    reap();
+    live = live_descendants(params.root, params.spare);
+  }
+  const steady::time_point start = steady::now();
+  const steady::time_point grace_end = start + std::chrono::milliseconds(params.grace_ms);
+  steady::time_point kill_end{};
+  bool killing = false;
+  std::unordered_map<pid_t, std::size_t> latest;  // pid -> its record with the newest start time
+  for (;;) {
+    // Who went since the last look.
+    std::unordered_map<pid_t, std::uint64_t> now_live;
+    for (const proc_entry& p : live) { now_live.emplace(p.pid, p.start_time); }
+    for (leftover& l : result.leftovers) {
+      if (l.ended) { continue; }
+      const auto it = now_live.find(l.process.pid);
+      if (it == now_live.end() || it->second != l.process.start_time) {
+        l.ended = true;
+        l.ended_after_ns = elapsed_ns(start);
+      }
+    }
+    // Signal the ones that have not had this phase's signal yet.
+    for (const proc_entry& p : live) {
+      auto it = latest.find(p.pid);
+      if (it == latest.end() || result.leftovers[it->second].process.start_time != p.start_time) {
+        leftover l;
+        l.process = p;
+        l.cmdline = read_cmdline(p.pid);
+        l.left_group = params.job_group != 0 && p.pgid != params.job_group;
+        result.leftovers.push_back(std::move(l));
+        latest[p.pid] = result.leftovers.size() - 1;
+        it = latest.find(p.pid);
+      }
+      leftover& l = result.leftovers[it->second];
+      if (!killing && !l.sent_sigterm) {
+        l.sent_sigterm = true;
+        const int error = send_signal(p, SIGTERM);
+        if (error == 0) { static_cast<void>(send_signal(p, SIGCONT)); }
+        if (error != 0 && error != ESRCH) { l.signal_error = error; }
+      } else if (killing && !l.sent_sigkill) {
+        l.sent_sigkill = true;
+        const int error = send_signal(p, SIGKILL);
+        if (error != 0 && error != ESRCH) { l.signal_error = error; }
+      }
+    }
+    if (live.empty()) { break; }
+    const steady::time_point now = steady::now();
+    if (!killing && (now >= grace_end || result.cut_short)) {
+      killing = true;
+      kill_end = now + kill_wait;
+      continue;  // SIGKILL at once
+    }
+    if (killing && now >= kill_end) { break; }
+    int timeout_ms = rescan_ms;
+    if (!killing) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(grace_end - now).count();
+      timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left + 1, 1, rescan_ms));
+    }
+    if (params.signal_fd >= 0 && wait_readable(params.signal_fd, timeout_ms)) {
+      drain_signals(params.signal_fd, [&](int signal) {
+        if (params.signals_cut_short && !killing && is_termination(signal) && !result.cut_short) {
+          result.cut_short = true;
+          result.cut_short_by = signal;
+        }
+      });
+    } else if (params.signal_fd < 0) {
+      ::poll(nullptr, 0, timeout_ms);
+    }
+    reap();
+    live = live_descendants(params.root, params.spare);
+  }
+  result.duration_ns = elapsed_ns(start);
+  return result;
+}
+
+int shell_status(int wait_status) {
+  if (WIFEXITED(wait_status)) { return WEXITSTATUS(wait_status); }
+  if (WIFSIGNALED(wait_status)) { return 128 + WTERMSIG(wait_status); }
+  return 1;
+}
+
+// What CMD's side needs, prepared before any fork so that the child only calls what is safe
+// between fork and exec.
+struct exec_plan {
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  sigset_t original_mask{};
+  struct sigaction original_sigpipe {};
+  struct sigaction original_sigchld {};
+  bool hand_tty = false;  // make CMD's group the terminal's foreground group
+};
+
+// CMD's process, between fork and exec: async-signal-safe calls only.
+[[noreturn]] void exec_command(const exec_plan& plan, pid_t anchor, int report_fd) noexcept {
+  int error = 0;
+  if (::setpgid(0, 0) != 0) { error = errno; }
+  if (error == 0 && ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) { error = errno; }
+  // The anchor may have died before the death signal was set: then nobody would send it.
+  if (error == 0 && ::getppid() != anchor) { ::_exit(127); }
+  if (error == 0) {
+    // SIGTTOU is blocked here, so a background group may take the terminal.
+    if (plan.hand_tty) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpid())); }
+    ::sigaction(SIGPIPE, &plan.original_sigpipe, nullptr);
+    ::sigaction(SIGCHLD, &plan.original_sigchld, nullptr);
+    ::sigprocmask(SIG_SETMASK, &plan.original_mask, nullptr);
+    ::execvpe(plan.argv[0], plan.argv.data(), plan.envp.data());
+    error = errno;
+  }
+  ssize_t ignored = ::write(report_fd, &error, sizeof error);
+  static_cast<void>(ignored);
+  ::_exit(127);
+}
+
+void write_stderr(const std::string& line) noexcept {
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) { continue; }
+    if (n <= 0) { return; }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// The anchor: parent of CMD, child subreaper, the supervisor's dead man's switch.
+[[noreturn]] void anchor_main(const run_config& config, const exec_plan& plan, pid_t supervisor, int message_fd,
+                              int control_fd) noexcept {
+  try {
+    static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { send_message(message_fd, msg_exec_failed, errno); ::_exit(1); }
+    static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes the loop below; the pipe decides
+    if (::getppid() != supervisor) { ::_exit(1); }            // the supervisor is gone already
+    static_cast<void>(::setpgid(0, 0));  // out of the supervisor's group: a kill of that job spares it
+    // SIGTERM is our death signal: blocked, so that it is queued even when it was ignored.
+    sigset_t wake;
+    sigemptyset(&wake);
+    sigaddset(&wake, SIGCHLD);
+    sigaddset(&wake, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &wake, nullptr);
+    const unique_fd signals = make_signal_fd(wake);
+    unique_fd report_read;
+    unique_fd report_write;
+    make_pipe(report_read, report_write);
+    const pid_t anchor = ::getpid();
+    const pid_t command = ::fork();
+    if (command < 0) {
+      send_message(message_fd, msg_exec_failed, errno);
+      ::_exit(1);
+    }
+    if (command == 0) { exec_command(plan, anchor, report_write.get()); }
+    static_cast<void>(::setpgid(command, command));  // also from here: no window without the group
+    report_write.reset();
+    int exec_error = 0;
+    ssize_t n = 0;
+    do { n = ::read(report_read.get(), &exec_error, sizeof exec_error); } while (n < 0 && errno == EINTR);
+    bool command_done = false;
+    int command_status = 0;
+    if (n == static_cast<ssize_t>(sizeof exec_error)) {
+      while (::waitpid(command, nullptr, 0) < 0 && errno == EINTR) {}
+      send_message(message_fd, msg_exec_failed, exec_error);
+      command_done = true;
+    } else {
+      send_message(message_fd, msg_started, command);
+    }
+    const auto reap = [&] {
+      int status = 0;
+      pid_t pid = 0;
+      while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
+        if (pid != command || command_done) { continue; }
+        if (WIFSTOPPED(status)) {
+          send_message(message_fd, msg_stopped, WSTOPSIG(status));
+        } else {
+          command_done = true;
+          command_status = status;
+          send_message(message_fd, msg_ended, status);
+        }
+      }
+    };
+    bool orphaned = false;
+    while (!orphaned) {
+      pollfd fds[2] = {{signals.get(), POLLIN, 0}, {control_fd, POLLIN, 0}};
+      if (::poll(fds, 2, 1000) < 0 && errno != EINTR) { break; }
+      if ((fds[0].revents & POLLIN) != 0) {
+        drain_signals(signals.get(), [](int) {});
+        reap();
+      }
+      if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        char byte = 0;
+        const ssize_t got = ::read(control_fd, &byte, 1);
+        if (got == 1 && byte == 'x') {  // the supervisor has ended everything: done
+          reap();
+          ::_exit(0);
+        }
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) { orphaned = true; }
+      }
+      if (::getppid() != supervisor) { orphaned = true; }
+    }
+    // The supervisor is gone (killed, even by SIGKILL): end everything below us ourselves.
+    const std::string& name = config.command.front();
+    const std::string short_name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0
+    write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(supervisor) +
+                 ") is gone: ending the processes of " + short_name + "\n");
+    teardown_params params;
+    params.root = anchor;
+    params.job_group = command;
+    params.grace_ms = config.grace_ms;
+    params.signal_fd = signals.get();
+    params.signals_cut_short = false;  // our own death signal must not skip the grace period
+    const teardown_result result = end_leftovers(params, reap, {});
+    std::size_t killed = 0;
+    std::size_t survived = 0;
+    for (const leftover& l : result.leftovers) {
+      killed += l.sent_sigkill ? 1 : 0;
+      survived += l.ended ? 0 : 1;
+    }
+    write_stderr("[gpuguard run] ended " + std::to_string(result.leftovers.size()) + " processes of " +
+                 short_name + " (" + std::to_string(killed) + " needed SIGKILL" +
+                 (survived > 0 ? ", " + std::to_string(survived) + " could not be ended" : std::string()) + ")\n");
+    ::_exit(command_done ? shell_status(command_status) : 1);
+  } catch (...) {
+    ::_exit(1);
+  }
+}
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) { return std::string("SIG") + abbrev; }
+  return "SIG" + std::to_string(signal);
+}
+
+run_outcome supervise(const run_config& config) {
+  run_outcome out;
+  out.supervisor_pid = ::getpid();
+  out.start_unix_ns = unix_now_ns();
+  const steady::time_point start = steady::now();
+
+  // Block what we act on before anything can arrive; signalfd delivers it to the loop. SIGTTOU is
+  // blocked too (not read): it lets us and CMD's side move the terminal's foreground group.
+  exec_plan plan;
+  const sigset_t handled = handled_signals();
+  sigset_t blocked = handled;
+  sigaddset(&blocked, SIGTTOU);
+  if (::sigprocmask(SIG_BLOCK, &blocked, &plan.original_mask) != 0) { throw_errno("sigprocmask"); }
+  unique_fd signals = make_signal_fd(handled);
+  // A closed stderr or report pipe must not kill the supervisor; an inherited SIG_IGN for SIGCHLD
+  // would make the kernel reap our children before we learn their status. CMD gets both back.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &plan.original_sigpipe);
+  struct sigaction by_default {};
+  by_default.sa_handler = SIG_DFL;
+  sigemptyset(&by_default.sa_mask);
+  ::sigaction(SIGCHLD, &by_default, &plan.original_sigchld);
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { throw_errno("prctl(PR_SET_CHILD_SUBREAPER)"); }
+
+  const bool tty = ::isatty(STDIN_FILENO) == 1;
+  plan.hand_tty = tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  std::vector<std::string> argv_storage = config.command;
+  std::vector<std::string> env_storage = config.environment;
+  for (std::string& a : argv_storage) { plan.argv.push_back(a.data()); }
+  plan.argv.push_back(nullptr);
+  for (std::string& e : env_storage) { plan.envp.push_back(e.data()); }
+  plan.envp.push_back(nullptr);
+
+  unique_fd message_read;
+  unique_fd message_write;
+  unique_fd control_read;
+  unique_fd control_write;
+  make_pipe(message_read, message_write);
+  make_pipe(control_read, control_write);
+  // The supervisor has one thread (NVML, which may start threads, is loaded only after this), so
+  // the anchor may use the heap and stdio after fork like any process.
+  std::fflush(nullptr);
+  const pid_t anchor = ::fork();
+  if (anchor < 0) { throw_errno("fork"); }
+  if (anchor == 0) {
+    message_read.reset();
+    control_write.reset();
+    signals.reset();
+    anchor_main(config, plan, out.supervisor_pid, message_write.get(), control_read.get());
+  }
+  out.anchor_pid = anchor;
+  message_write.reset();
+  control_read.reset();
+
+  bool anchor_alive = true;
+  int anchor_status = 0;
+  pid_t command = 0;
+  bool status_known = false;
+  int command_status = 0;
+  const auto reap = [&] {
+    int status = 0;
+    pid_t pid = 0;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (pid == anchor) {
+        anchor_alive = false;
+        anchor_status = status;
+      } else if (pid == command && command > 0 && !status_known) {  // reparented to us: the anchor died
+        status_known = true;
+        command_status = status;
+      }
+    }
+  };
+  const auto reap_anchor_blocking = [&] {
+    int status = 0;
+    while (anchor_alive) {
+      const pid_t got = ::waitpid(anchor, &status, 0);
+      if (got == anchor) {
+        anchor_alive = false;
+        anchor_status = status;
+      } else if (errno != EINTR) {
+        anchor_alive = false;
+      }
+    }
+  };
+
+  // The first message: CMD started, or could not be.
+  message first{0, 0};
+  ssize_t n = 0;
+  do { n = ::read(message_read.get(), &first, sizeof first); } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof first) && first.kind == msg_exec_failed) {
+    out.how = run_outcome::end::not_started;
+    out.exec_error = first.value;
+    out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    static_cast<void>(tell_anchor_to_exit(control_write.get()));
+    control_write.reset();
+    reap_anchor_blocking();
+    out.duration_ns = elapsed_ns(start);
+    return out;
+  }
+  bool ended = false;
+  if (n == static_cast<ssize_t>(sizeof first) && first.kind == msg_started) {
+    command = first.value;
+    out.command_pid = command;
+  } else {
+    reap_anchor_blocking();
+    out.notes.push_back("the anchor process ended before CMD started (status " + std::to_string(anchor_status) + ")");
+    ended = true;
+  }
+
+  const auto forward = [&](int signal) {
+    if (signal == SIGCONT && tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp()) {
+      // We were brought back to the foreground: so is the job.
+      static_cast<void>(::tcsetpgrp(STDIN_FILENO, command));
+    }
+    if (::kill(-command, signal) != 0 && errno == ESRCH) { static_cast<void>(::kill(command, signal)); }
+    ++out.forwarded[static_cast<std::size_t>(signal)];
+  };
+  const auto relay_stop = [&](int signal) {
+    // CMD's group was stopped from the terminal (Ctrl-Z, or reading it in the background): stop
+    // ours too, so that the shell sees the job stopped and gives the terminal back. When the
+    // shell continues us, the SIGCONT goes on to CMD (forward, above).
+    if (signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) { return; }
+    if (tty && ::tcgetpgrp(STDIN_FILENO) == command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
+    static_cast<void>(::kill(0, signal));
+  };
+
+  while (!ended) {
+    pollfd fds[2] = {{signals.get(), POLLIN, 0}, {message_read.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) { continue; }
+      throw_errno("poll");
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      drain_signals(signals.get(), [&](int signal) {
+        if (signal != SIGCHLD) { forward(signal); }
+      });
+      reap();
+    }
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      message m{0, 0};
+      do { n = ::read(message_read.get(), &m, sizeof m); } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(sizeof m)) {
+        if (m.kind == msg_ended) {
+          status_known = true;
+          command_status = m.value;
+          ended = true;
+        } else if (m.kind == msg_stopped) {
+          relay_stop(m.value);
+        }
+      } else {  // the anchor is gone: CMD died with it (its death signal), or is dying
+        reap_anchor_blocking();
+        out.notes.push_back("the anchor process (pid " + std::to_string(anchor) + ") was ended by " +
+                            (WIFSIGNALED(anchor_status) ? signal_name(WTERMSIG(anchor_status))
+                                                        : "exit status " + std::to_string(shell_status(anchor_status))) +
+                            " while CMD ran; CMD got its death signal (SIGKILL)");
+        ended = true;
+      }
+    }
+  }
+  out.duration_ns = elapsed_ns(start);
+  if (tty && command > 0 && ::tcgetpgrp(STDIN_FILENO) == command) {
+    // Take the terminal back: a second Ctrl-C during the grace period then reaches us.
+    static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp()));
+  }
+
+  // End what CMD left behind, looking first at who holds a device.
+  teardown_params params;
+  params.root = out.supervisor_pid;
+  params.spare = anchor_alive ? anchor : 0;
+  params.job_group = command;
+  params.grace_ms = config.grace_ms;
+  params.signal_fd = signals.get();
+  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_entry>& left) {
+    out.at_end = check_devices(left, config.device_prefix);
+  });
+  std::vector<proc_entry> survivors;
+  for (const leftover& l : out.teardown.leftovers) {
+    if (l.ended) { continue; }
+    if (auto now = read_proc_entry(l.process.pid); now && now->start_time == l.process.start_time) {
+      survivors.push_back(*now);
+    }
+  }
+  if (!survivors.empty()) { out.after_teardown = check_devices(survivors, config.device_prefix); }
+
+  // Let the anchor go, and collect it.
+  if (anchor_alive) {
+    static_cast<void>(tell_anchor_to_exit(control_write.get()));
+    control_write.reset();
+    const steady::time_point deadline = steady::now() + std::chrono::seconds(2);
+    while (anchor_alive && steady::now() < deadline) {
+      if (wait_readable(signals.get(), 20)) { drain_signals(signals.get(), [](int) {}); }
+      reap();
+    }
+    if (anchor_alive) {
+      static_cast<void>(::kill(anchor, SIGKILL));
+      reap_anchor_blocking();
+    }
+  }
+  reap();
+
+  if (status_known) {
+    if (WIFEXITED(command_status)) {
+      out.how = run_outcome::end::exited;
+      out.code = WEXITSTATUS(command_status);
+    } else if (WIFSIGNALED(command_status)) {
+      out.how = run_outcome::end::signaled;
+      out.code = WTERMSIG(command_status);
+    }
+    out.exit_status = shell_status(command_status);
+  } else {
+    out.how = run_outcome::end::unknown;
+    out.exit_status = 1;
+  }
+  return out;
+}
+
+}  // namespace gpuguard::cli

@@ -1,0 +1,104 @@
+/// @file
+/// @brief The process machinery of `gpuguard run`: start CMD, forward signals to it, reap, and
+///        when CMD ends, end every process it left behind and look for the ones that still hold
+///        a GPU device.
+///
+/// Three processes take part (docs/run.md has the picture):
+///  - the supervisor (the `gpuguard run` process): a child subreaper; forwards signals to CMD's
+///    process group, learns how CMD ended, ends the leftovers, writes the summary and the report;
+///  - the anchor, its child (comm `gpuguard-anchor`): also a child subreaper, parent of CMD. It
+///    reaps, tells the supervisor how CMD ended, and, when the supervisor dies (even by SIGKILL),
+///    ends every process below it itself. If the anchor dies, CMD dies with it (its death
+///    signal) and the orphans climb to the supervisor, which ends them;
+///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal.
+#pragma once
+
+#include "run_nvml.hpp"
+#include "run_proc.hpp"
+
+#include <array>
+#include <cstdint>
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace gpuguard::cli {
+
+/// What `gpuguard run` was asked to do.
+struct run_config {
+  std::vector<std::string> command;      // CMD and its arguments; command[0] is looked up on PATH
+  std::vector<std::string> environment;  // CMD's environment, "NAME=VALUE" each
+  std::int64_t grace_ms = 5000;          // SIGTERM to SIGKILL
+  std::string device_prefix = "/dev/nvidia";
+  std::string report_path;               // "" for no report
+};
+
+/// A process found holding files under the device prefix.
+struct device_holder {
+  pid_t pid = 0;
+  std::string comm;
+  std::string cmdline;
+  std::vector<std::string> files;
+  std::vector<gpu_process> gpu;  // NVML's entries for this pid (empty: NVML did not list it)
+};
+
+/// The device check over a set of processes at one moment.
+struct residue_check {
+  bool done = false;
+  std::vector<device_holder> holders;
+  std::vector<std::pair<pid_t, int>> not_inspected;  // pid, errno (EACCES: another user's process)
+  bool nvml_queried = false;  // NVML is asked only when some process holds a device file
+  bool nvml_available = false;
+  std::string nvml_note;
+};
+
+/// One process that outlived CMD.
+struct leftover {
+  proc_entry process;      // as first seen
+  std::string cmdline;
+  bool left_group = false;  // not in CMD's process group (setsid, setpgid)
+  bool sent_sigterm = false;
+  bool sent_sigkill = false;
+  bool ended = false;       // gone (or a zombie) by the end
+  std::int64_t ended_after_ns = -1;  // from the start of the teardown, when seen gone
+  int signal_error = 0;     // errno of a signal that could not be sent (EPERM)
+};
+
+/// How the leftovers were ended.
+struct teardown_result {
+  std::vector<leftover> leftovers;  // in the order they were found
+  bool cut_short = false;           // a signal to the supervisor ended the grace period early
+  int cut_short_by = 0;
+  std::int64_t duration_ns = 0;
+};
+
+/// How CMD ended, and everything the summary and the report say.
+struct run_outcome {
+  enum class end { exited, signaled, not_started, unknown };
+  end how = end::unknown;
+  int code = 0;          // exit code or signal number
+  int exec_error = 0;    // errno when CMD could not be started
+  int exit_status = 1;   // what `gpuguard run` exits with: the code, 128+N, 126/127, 1 if unknown
+  pid_t supervisor_pid = 0;
+  pid_t anchor_pid = 0;
+  pid_t command_pid = 0;
+  std::int64_t start_unix_ns = 0;
+  std::int64_t duration_ns = 0;  // from the start until CMD ended
+  std::array<int, NSIG> forwarded{};  // signals forwarded to CMD's group, by number
+  teardown_result teardown;
+  residue_check at_end;          // the processes CMD left, when it ended (before any signal)
+  residue_check after_teardown;  // any process that could not be ended
+  std::vector<std::string> notes;
+};
+
+/// Runs the job and ends what it leaves. Returns only in the supervisor (the anchor and CMD never
+/// return from it). Throws std::system_error when the machinery cannot be set up (signalfd, pipe,
+/// fork); CMD that cannot be executed is an outcome (`end::not_started`), not an exception.
+run_outcome supervise(const run_config& config);
+
+/// "SIGTERM" for SIGTERM; "SIG42" for a number without a name.
+std::string signal_name(int signal);
+
+}  // namespace gpuguard::cli

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""`gpuguard doctor` on a real GPU, with real CUDA holders (ctest gpu.doctor, run by the GPU runner; CPU
+machines have tests/cli/doctor_test.py with fake devices and a fake NVML):
+
+  - a trainer started as its own job spawns a worker (multiprocessing, spawn) that holds 1 GiB;
+    the trainer is kill -9ed: the worker must be classified orphaned, with NVML memory >= 1 GiB and
+    /dev/nvidia* descriptors
+  - a live CUDA process (child of this script) is running, then stopped after SIGSTOP
+  - --reap ends the orphan and leaves the live one; --watch shows the memory come back
+  - --reap --pid ends the live one
+  - a CUDA process that exited but is not collected (a zombie): what NVML and the doctor say
+
+usage: doctor_gpu_check.py GPUGUARD_BINARY
+Exit status 0 when every check passed, 1 otherwise; 77 when there is no CUDA device (1 then
+with GPUGUARD_REQUIRE_GPU=1, as the GPU runner sets).
+"""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import sys
+import textwrap
+import time
+
+GiB = 1 << 30
+failures = []
+
+HOLD = textwrap.dedent("""
+    import sys, time, torch
+    x = torch.empty(int(sys.argv[1]), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    if len(sys.argv) > 2 and sys.argv[2] == "exit":
+        sys.exit(0)
+    time.sleep(600)
+""")
+
+TRAINER = textwrap.dedent("""
+    import multiprocessing as mp, sys, time
+    def worker(q):
+        import torch
+        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        q.put(__import__("os").getpid())
+        time.sleep(600)
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=worker, args=(q,))
+        p.start()
+        print(q.get(), flush=True)
+        time.sleep(600)
+""")
+
+
+def check(ok, what, detail=""):
+    print(("PASS " if ok else "FAIL ") + what + (f": {detail}" if detail and not ok else ""), flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def doctor(*args):
+    r = subprocess.run([GPUGUARD, "doctor", "--json", *args], capture_output=True, text=True, timeout=120)
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    return r.returncode, docs, r.stderr
+
+
+def holder(doc, pid):
+    return next((h for h in doc["holders"] if h["pid"] == pid), None)
+
+
+def main():
+    global GPUGUARD
+    GPUGUARD = sys.argv[1]
+    required = os.environ.get("GPUGUARD_REQUIRE_GPU") == "1"  # the GPU runner: a skip is a failure
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            print("FAILED: GPUGUARD_REQUIRE_GPU=1 but no CUDA device" if required else "SKIP: no CUDA device")
+            return 1 if required else 77
+    except ImportError:
+        print("FAILED: GPUGUARD_REQUIRE_GPU=1 but torch is not installed" if required else "SKIP: torch is not installed")
+        return 1 if required else 77
+
+    rc, docs, err = doctor()
+    base = docs[0]
+    print("baseline:", json.dumps({k: base[k] for k in ("nvml", "holder_count", "residue_bytes", "pid_namespace")}))
+    check(base["nvml"]["available"], "NVML loads through dlopen", base["nvml"]["note"])
+    check(len(base["devices"]) >= 1 and base["devices"][0]["total_bytes"], "NVML reports devices", base["devices"])
+    print("devices:", json.dumps(base["devices"]))
+
+    # The DESIGN.md case: a spawned worker outlives its kill -9ed trainer.
+    # multiprocessing's spawn imports the parent's __main__ in the worker: it must be a file.
+    trainer_file = os.path.join(tempfile.mkdtemp(prefix="gpuguard-doctor-gpu-"), "trainer.py")
+    with open(trainer_file, "w") as f:
+        f.write(TRAINER)
+    trainer = subprocess.Popen([sys.executable, trainer_file], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    worker = int(trainer.stdout.readline())
+    os.kill(trainer.pid, signal.SIGKILL)
+    trainer.wait()
+    live = subprocess.Popen([sys.executable, "-c", HOLD, str(512 << 20)], stdout=subprocess.PIPE, text=True)
+    assert live.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+
+    rc, docs, err = doctor()
+    doc = docs[0]
+    print("with holders:", json.dumps(doc["holders"], indent=1))
+    check(rc == 1, "exit status 1 with holders", rc)
+    w = holder(doc, worker)
+    check(w is not None, "the orphaned worker is listed", [h["pid"] for h in doc["holders"]])
+    if w:
+        check(w["class"] == "orphaned", "the worker is classified orphaned", w["why"])
+        check((w["gpu_memory_bytes"] or 0) >= GiB, "NVML attributes >= 1 GiB to the worker (PIDs match here)",
+              w["gpu_memory"])
+        check(any(f["path"].startswith("/dev/nvidia") for f in w["files"]), "the worker holds /dev/nvidia*",
+              w["files"])
+    h = holder(doc, live.pid)
+    check(h is not None and h["class"] == "running", "the live CUDA process is running", h and h["why"])
+    check(h is not None and (h["gpu_memory_bytes"] or 0) >= 512 << 20, "NVML memory of the live one", h)
+
+    os.kill(live.pid, signal.SIGSTOP)
+    time.sleep(0.3)
+    rc, docs, err = doctor("--pid", str(live.pid))
+    h = holder(docs[0], live.pid)
+    check(h is not None and h["class"] == "stopped", "SIGSTOP: stopped", h and h["class"])
+    os.kill(live.pid, signal.SIGCONT)
+
+    used_before = docs[0]["devices"][0]["used_bytes"]
+    t0 = time.monotonic()
+    rc, docs, err = doctor("--reap", "--grace", "5", "--watch", "0.2", "--count", "10")
+    w = holder(docs[0], worker)
+    check(w is not None and w["reap"] and w["reap"]["action"] in ("terminated", "killed"), "--reap ends the orphan",
+          w and w["reap"])
+    h = holder(docs[0], live.pid)
+    check(h is not None and h["reap"] is None and live.poll() is None, "--reap leaves the live one", h and h["reap"])
+    gone_at = next((d["watch"]["elapsed_s"] for d in docs if holder(d, worker) is None), None)
+    check(gone_at is not None, "the orphan leaves NVML's list within the watch", gone_at)
+    used_after = docs[-1]["devices"][0]["used_bytes"]
+    check(used_before - used_after >= GiB * 0.9, "about 1 GiB came back", (used_before, used_after))
+    print(f"orphan gone from NVML after {gone_at} s of watching; used {used_before} -> {used_after}; "
+          f"trend {docs[-1]['watch']['residue_trend']}; took {time.monotonic() - t0:.1f} s")
+
+    rc, docs, err = doctor("--reap", "--pid", f"{live.pid}:{holder(docs[-1], live.pid)['start_time'] + 1}")
+    check(holder(docs[0], live.pid)["reap"]["action"] == "refused" and live.poll() is None,
+          "--pid with another start time is not signalled")
+    rc, docs, err = doctor("--reap", "--grace", "5", "--pid", str(live.pid))
+    check(holder(docs[0], live.pid)["reap"]["action"] == "terminated", "--reap --pid ends a running holder",
+          holder(docs[0], live.pid)["reap"])
+    live.wait(timeout=30)
+
+    # A CUDA process that exited and is not collected.
+    z = subprocess.Popen([sys.executable, "-c", HOLD, str(256 << 20), "exit"], stdout=subprocess.PIPE, text=True)
+    z.stdout.readline()
+    time.sleep(2)
+    rc, docs, err = doctor("--pid", str(z.pid))
+    h = holder(docs[0], z.pid)
+    print("zombie:", json.dumps(h))
+    check(h is not None and h["class"] == "zombie", "an uncollected CUDA process is a zombie", h and h["class"])
+    z.wait()
+
+    rc, docs, err = doctor()
+    print("after:", json.dumps({"holder_count": docs[0]["holder_count"], "residue_bytes": docs[0]["residue_bytes"],
+                                "exit": rc}))
+    print(f"{len(failures)} failed" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+#!/usr/bin/env python3
+"""`gpuguard doctor` as a process, on real processes that hold fake device files (regular files named
+like /dev/nvidia*, passed with --device-prefix) in every state the doctor tells apart: running,
+stopped, zombie, orphaned (reparented to init, and to a subreaper this test sets up), not visible
+in this PID namespace; --reap (orphans end, live holders are untouched, --pid forces one, a PID
+whose start time changed is not signalled); --json against docs/schemas/doctor-v1.schema.json
+(when jsonschema is installed); --watch with --count; NVML absent, and NVML faked by
+doctor_fake_nvml.cpp so that its path runs without a GPU.
+
+usage: doctor_test.py GPUGUARD_BINARY FAKE_NVML_LIBRARY REPO_ROOT
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+GPUGUARD = None
+FAKE_NVML = None
+ROOT = None
+GiB = 1 << 30
+MiB = 1 << 20
+
+# A holder: opens the device files named in argv, optionally maps the first and closes its fd,
+# optionally ignores SIGTERM, says "ready", then waits to be signalled.
+HOLDER = textwrap.dedent("""
+    import ctypes, os, signal, sys
+    mode, paths = sys.argv[1], sys.argv[2:]
+    files = [open(p, "r+b") for p in paths]
+    if "map" in mode:
+        # libc's mmap, not Python's (which keeps a duplicate of the descriptor)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        if libc.mmap(None, 4096, 1, 1, files[0].fileno(), 0) in (None, ctypes.c_void_p(-1).value):
+            sys.exit("mmap failed")
+        files[0].close()
+    if "ignore-term" in mode:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    while True:
+        signal.pause()
+""")
+
+# Makes an orphan: this process (Q) starts a job of its own (a new process group), opens the
+# device files, forks the holder P, prints P's PID and exits, so that P is reparented. With
+# "subreaper", a process S first marks itself PR_SET_CHILD_SUBREAPER, and Q is its child: P goes to
+# S, which then collects its children until none is left.
+ORPHAN_MAKER = textwrap.dedent("""
+    import ctypes, os, signal, sys, time
+    mode, paths = sys.argv[1], sys.argv[2:]
+    if "subreaper" in mode:
+        if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:   # PR_SET_CHILD_SUBREAPER
+            sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+        print(os.getpid(), flush=True)
+        q = os.fork()
+        if q != 0:
+            os.waitpid(q, 0)
+            while True:
+                try:
+                    os.wait()
+                except ChildProcessError:
+                    os._exit(0)
+    if os.getsid(0) != os.getpid():
+        os.setpgid(0, 0)
+    files = [open(p, "r+b") for p in paths]
+    p = os.fork()
+    if p == 0:
+        if "ignore-term" in mode:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            signal.pause()
+    time.sleep(0.05)   # let the child set its signal disposition
+    print(p, flush=True)
+    os._exit(0)
+""")
+
+
+def read_stat(pid):
+    """(state, ppid, pgid, start_time) from /proc/PID/stat, or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def alive(pid):
+    s = read_stat(pid)
+    return s is not None and s[0] not in ("Z", "X")
+
+
+def wait_for(predicate, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class doctor_test(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="gpuguard-doctor-test-")
+        self.dir = self.tmp.name
+        self.prefix = os.path.join(self.dir, "nvidia")
+        self.devices = [self.prefix + "0", self.prefix + "ctl"]
+        for path in self.devices:
+            with open(path, "wb") as f:
+                f.write(b"\0" * 4096)
+        self.children = []   # Popen objects to end and collect
+        self.orphans = []    # PIDs (not our children) to end
+
+    def tearDown(self):
+        for pid, start in self.orphans:
+            s = read_stat(pid)
+            if s is not None and s[3] == start:   # the same process: never another one
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+            if p.stdout is not None:
+                p.stdout.close()
+        self.tmp.cleanup()
+
+    # --- running the doctor -----------------------------------------------------------------
+
+    def env(self, nvml=None, **extra):
+        env = dict(os.environ)
+        env.pop("GPUGUARD_DEVICE_PREFIX", None)
+        env.pop("GPUGUARD_FAKE_NVML", None)
+        if nvml is None:
+            env["GPUGUARD_NVML_LIBRARY"] = os.path.join(self.dir, "no-such-dir", "libnvidia-ml.so.1")
+        else:
+            spec = os.path.join(self.dir, "nvml.spec")
+            with open(spec, "w") as f:
+                f.write(nvml)
+            env["GPUGUARD_NVML_LIBRARY"] = FAKE_NVML
+            env["GPUGUARD_FAKE_NVML"] = spec
+        env.update(extra)
+        return env
+
+    def doctor(self, *args, nvml=None, prefix=True, env=None, timeout=60):
+        argv = [GPUGUARD, "doctor", *(["--device-prefix", self.prefix] if prefix else []), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=env if env is not None else self.env(nvml))
+
+    def doctor_json(self, *args, nvml=None, expect=None):
+        r = self.doctor("--json", *args, nvml=nvml)
+        if expect is not None:
+            self.assertEqual(r.returncode, expect, r.stdout + r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertGreaterEqual(len(lines), 1, r.stderr)
+        docs = [json.loads(line) for line in lines]
+        for d in docs:
+            validate(self, d)
+            self.assertEqual(d["exit_status"], r.returncode if len(docs) == 1 else d["exit_status"])
+        return docs[-1] if len(docs) == 1 else docs
+
+    def holder_of(self, doc, pid):
+        found = [h for h in doc["holders"] if h["pid"] == pid]
+        self.assertEqual(len(found), 1, f"PID {pid} not listed once: {[h['pid'] for h in doc['holders']]}")
+        return found[0]
+
+    # --- making processes ---------------------------------------------------------------------
+
+    def start_holder(self, mode="open", paths=None):
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, mode, *(paths or self.devices)],
+                             stdout=subprocess.PIPE, text=True)
+        self.children.append(p)
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        return p
+
+    def make_orphan(self, mode="init"):
+        """Returns (orphan PID, subreaper Popen or None)."""
+        new_session = "subreaper" not in mode
+        maker = subprocess.Popen([sys.executable, "-c", ORPHAN_MAKER, mode, *self.devices],
+                                 stdout=subprocess.PIPE, text=True, start_new_session=new_session)
+        self.children.append(maker)
+        reaper = None
+        if "subreaper" in mode:
+            reaper = int(maker.stdout.readline())
+        orphan = int(maker.stdout.readline())
+        self.orphans.append((orphan, read_stat(orphan)[3]))
+        if reaper is None:
+            maker.wait(timeout=10)   # Q exits: P goes to init (or the nearest subreaper above us)
+        else:
+            self.assertEqual(reaper, maker.pid)
+        wait_for(lambda: read_stat(orphan)[1] not in (0,) and read_stat(orphan)[1] != read_stat(orphan)[2]
+                 and (reaper is None or read_stat(orphan)[1] == reaper), "the orphan to be reparented")
+        return orphan, (maker if reaper is not None else None)
+
+    # --- tests ----------------------------------------------------------------------------------
+
+    def test_help_and_usage_errors(self):
+        r = self.doctor("--help", prefix=False)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("usage: gpuguard doctor", r.stdout)
+        self.assertIn("exit status", r.stdout)
+        cases = [
+            (["--watch", "abc"], "abc"), (["--watch", "0"], "'0'"), (["--watch"], "--watch"),
+            (["--count", "3"], "--count"), (["--watch", "1", "--count", "0"], "'0'"),
+            (["--watch", "1", "--count", "x1"], "x1"), (["--pid", "x"], "'x'"), (["--pid", "0"], "'0'"),
+            (["--pid", "12:abc"], "12:abc"), (["--pid", "5", "--pid", "5"], "5"), (["--grace", "1"], "--grace"),
+            (["--reap", "--grace", "-1"], "-1"), (["--bogus"], "--bogus"), (["extra"], "extra"),
+            (["--device-prefix", "relative/x"], "relative/x"), (["--json=1"], "--json"),
+            (["--watch", "nan"], "nan"), (["--watch", "1e3"], "1e3"),
+        ]
+        for args, named in cases:
+            with self.subTest(args=args):
+                r = self.doctor(*args, prefix=False)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertEqual(r.stdout, "")
+                lines = r.stderr.splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith("gpuguard doctor: "), lines[0])
+                self.assertIn(named, lines[0])
+        r = self.doctor(prefix=False, env=self.env(GPUGUARD_DEVICE_PREFIX="not-absolute"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not-absolute", r.stderr)
+
+    def test_no_holder_and_nvml_absent(self):
+        r = self.doctor()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("no process holds a GPU device", r.stdout)
+        self.assertIn("NVML not available: per-process memory unknown", r.stdout)
+        doc = self.doctor_json(expect=0)
+        self.assertFalse(doc["nvml"]["available"])
+        self.assertIn("NVML not available: per-process memory unknown", doc["nvml"]["note"])
+        self.assertEqual(doc["holders"], [])
+        self.assertEqual(doc["device_prefix"], self.prefix)
+        self.assertIsNone(doc["residue_bytes"])
+        # The prefix from the environment; NVML failing at nvmlInit (driver not loaded) is the
+        # same note, not a failure.
+        r = self.doctor(prefix=False, env=self.env("init_error 9\n", GPUGUARD_DEVICE_PREFIX=self.prefix))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("NVML not available: per-process memory unknown (nvmlInit_v2: Driver Not Loaded)", r.stdout)
+        r = self.doctor("--no-nvml")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("NVML not used (--no-nvml): per-process memory unknown", r.stdout)
+
+    def test_running_holder(self):
+        p = self.start_holder()
+        r = self.doctor()
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, rf"\n\s+{p.pid}\s+running\s+")
+        self.assertIn(self.devices[0] + " (1 fd)", r.stdout)
+        doc = self.doctor_json(expect=1)
+        h = self.holder_of(doc, p.pid)
+        self.assertEqual(h["class"], "running")
+        self.assertFalse(h["orphaned"])
+        self.assertEqual(h["ppid"], os.getpid())
+        self.assertEqual(h["start_time"], read_stat(p.pid)[3])
+        self.assertEqual(sorted(f["path"] for f in h["files"]), sorted(self.devices))
+        self.assertEqual({f["fds"] for f in h["files"]}, {1})
+        self.assertEqual(doc["holder_count"], 1)
+        self.assertEqual({f["path"]: f["holders"] for f in doc["device_files"]}, {d: 1 for d in self.devices})
+        # Another prefix sees nothing.
+        r = subprocess.run([GPUGUARD, "doctor", "--device-prefix", self.prefix + "-other"], capture_output=True,
+                           env=self.env(), timeout=60)
+        self.assertEqual(r.returncode, 0)
+
+    def test_a_mapping_alone_holds_the_device(self):
+        p = self.start_holder("map")
+        h = self.holder_of(self.doctor_json(expect=1), p.pid)
+        files = {f["path"]: f for f in h["files"]}
+        self.assertEqual(files[self.devices[0]]["fds"], 0)
+        self.assertEqual(files[self.devices[0]]["mappings"], 1)
+        self.assertEqual(files[self.devices[1]]["fds"], 1)
+
+    def test_stopped_holder(self):
+        p = self.start_holder()
+        os.kill(p.pid, signal.SIGSTOP)
+        wait_for(lambda: read_stat(p.pid)[0] == "T", "the holder to stop")
+        h = self.holder_of(self.doctor_json(expect=1), p.pid)
+        self.assertEqual(h["class"], "stopped")
+        self.assertEqual(h["state"], "T")
+        self.assertIn("kill -CONT", h["hint"])
+        os.kill(p.pid, signal.SIGCONT)
+
+    def test_zombie(self):
+        p = self.start_holder()
+        p.send_signal(signal.SIGTERM)
+        wait_for(lambda: read_stat(p.pid)[0] == "Z", "the holder to become a zombie")
+        # A zombie holds no file: the scan does not list it ...
+        self.assertEqual(self.doctor().returncode, 0)
+        # ... but asked by PID, it is classified; and NVML can still list memory for it.
+        h = self.holder_of(self.doctor_json("--pid", str(p.pid), expect=0), p.pid)
+        self.assertEqual(h["class"], "zombie")
+        self.assertFalse(h["holds"])
+        self.assertTrue(h["named"])
+        self.assertIn(f"PID {os.getpid()}", h["why"])
+        nvml = f"device 0 1000000000 0 600000000 Fake GPU\nprocess 0 {p.pid} 500000000\n"
+        doc = self.doctor_json(nvml=nvml, expect=1)
+        h = self.holder_of(doc, p.pid)
+        self.assertEqual(h["class"], "zombie")
+        self.assertEqual(h["gpu_memory_bytes"], 500000000)
+        self.assertEqual(h["files"], [])
+        # --reap --pid on a zombie: nothing can be signalled.
+        doc = self.doctor_json("--reap", "--pid", str(p.pid), nvml=nvml, expect=1)
+        self.assertEqual(self.holder_of(doc, p.pid)["reap"]["action"], "skipped")
+
+    def test_a_process_whose_main_thread_exited(self):
+        # The main thread calls pthread_exit: /proc/PID shows a zombie with an empty fd table, while
+        # another thread runs and holds the device. It is a live holder, not a zombie.
+        code = textwrap.dedent(f'''
+            import ctypes, sys, threading, time
+            def worker():
+                f = open({self.devices[0]!r}, "rb")
+                print("ready", flush=True)
+                time.sleep(60)
+            threading.Thread(target=worker).start()
+            time.sleep(0.1)
+            ctypes.CDLL(None).pthread_exit(None)
+        ''')
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        self.children.append(p)
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        wait_for(lambda: read_stat(p.pid)[0] == "Z", "the main thread to exit")
+        h = self.holder_of(self.doctor_json(expect=1), p.pid)
+        self.assertEqual(h["class"], "running", h["why"])
+        self.assertTrue(h["main_thread_exited"])
+        self.assertFalse(h["exiting"])
+        self.assertEqual(h["files"], [{"path": self.devices[0], "fds": 1, "mappings": 0}])
+        self.assertIn("python", h["command"])
+        self.assertIn("main thread has exited", h["why"])
+
+    def test_orphaned_to_a_subreaper(self):
+        orphan, reaper = self.make_orphan("subreaper")
+        doc = self.doctor_json(expect=1)
+        h = self.holder_of(doc, orphan)
+        self.assertEqual(h["class"], "orphaned", h["why"])
+        self.assertTrue(h["orphaned"])
+        self.assertEqual(h["ppid"], reaper.pid)
+        self.assertIn(f"PID {reaper.pid}", h["why"])
+        self.assertIn("no live leader", h["why"])
+        self.assertIsNone(h["reap"])
+        r = self.doctor()
+        self.assertRegex(r.stdout, rf"\n\s+{orphan}\s+orphaned\s+")
+        self.assertIn("--reap", r.stdout)
+        self.assertTrue(alive(orphan), "the doctor without --reap signalled nobody")
+
+    def test_orphaned_to_init(self):
+        orphan, _ = self.make_orphan("init")
+        h = self.holder_of(self.doctor_json(expect=1), orphan)
+        self.assertEqual(h["class"], "orphaned", h["why"])
+        self.assertNotEqual(h["ppid"], os.getpid())
+
+    def test_reap_ends_orphans_and_leaves_live_holders(self):
+        orphan, reaper = self.make_orphan("subreaper")
+        stubborn, reaper2 = self.make_orphan("subreaper ignore-term")
+        live = self.start_holder()
+        started = time.monotonic()
+        doc = self.doctor_json("--reap", "--grace", "0.5", expect=1)
+        took = time.monotonic() - started
+        self.assertEqual(doc["reap"], {"grace_s": 0.5, "available": True, "note": None})
+        h = self.holder_of(doc, orphan)
+        self.assertEqual(h["reap"]["action"], "terminated", h["reap"])
+        self.assertEqual(h["reap"]["signals"], ["SIGTERM"])
+        h = self.holder_of(doc, stubborn)
+        self.assertEqual(h["reap"]["action"], "killed", h["reap"])
+        self.assertEqual(h["reap"]["signals"], ["SIGTERM", "SIGKILL"])
+        self.assertGreaterEqual(took, 0.5)
+        self.assertIsNone(self.holder_of(doc, live.pid)["reap"])
+        wait_for(lambda: not alive(orphan) and not alive(stubborn), "the orphans to end")
+        time.sleep(0.2)
+        self.assertIsNone(live.poll(), "a live holder that is not orphaned was signalled")
+        # What remains is the live holder: exit status 1, and only it is listed now.
+        doc = self.doctor_json(expect=1)
+        self.assertEqual([h["pid"] for h in doc["holders"]], [live.pid])
+        # Its subreapers collected them.
+        reaper.wait(timeout=10)
+        reaper2.wait(timeout=10)
+
+    def test_reap_pid_forces_one_and_a_reused_pid_is_not_signalled(self):
+        live = self.start_holder()
+        start = read_stat(live.pid)[3]
+        # The PID as if reused since it was recorded: another start time. Not signalled.
+        doc = self.doctor_json("--reap", "--grace", "0.2", "--pid", f"{live.pid}:{start + 7}", expect=1)
+        h = self.holder_of(doc, live.pid)
+        self.assertEqual(h["reap"]["action"], "refused", h["reap"])
+        self.assertEqual(h["reap"]["signals"], [])
+        self.assertIn("reused", h["reap"]["detail"])
+        self.assertIn("now names another process", h["why"])
+        time.sleep(0.2)
+        self.assertIsNone(live.poll(), "a PID with another start time was signalled")
+        # Named with the right identity (or none): a running holder is ended when named.
+        r = self.doctor("--reap", "--grace", "2", "--pid", f"{live.pid}:{start}")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("reap: terminated [SIGTERM]", r.stdout)
+        self.assertEqual(live.wait(timeout=10), -signal.SIGTERM)
+        # A named process that holds nothing is left alone.
+        bystander = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+        self.children.append(bystander)
+        doc = self.doctor_json("--reap", "--pid", str(bystander.pid), expect=0)
+        self.assertEqual(self.holder_of(doc, bystander.pid)["reap"]["action"], "skipped")
+        self.assertIsNone(bystander.poll())
+
+    def test_nvml_faked_processes_visibility_and_residue(self):
+        live = self.start_holder()
+        with open("/proc/sys/kernel/pid_max") as f:
+            unseen = int(f.read()) + 5        # no process here can have this PID
+        nvml = (f"driver 580.159\n"
+                f"device 0 150000000000 500000000 10000000000 Fake H200\n"
+                f"device 1 150000000000 500000000 0 Fake H200 (idle)\n"
+                f"process 0 {live.pid} 4000000000\n"
+                f"process 0 {unseen} 5000000000\n"
+                f"process 0 {os.getpid()} 500000000\n"
+                f"process 0 424242424 na\n")
+        doc = self.doctor_json(nvml=nvml, expect=1)
+        self.assertTrue(doc["nvml"]["available"])
+        self.assertEqual(doc["nvml"]["driver_version"], "580.159")
+        self.assertIsNone(doc["nvml"]["note"])
+        d0, d1 = doc["devices"]
+        self.assertEqual((d0["name"], d0["minor"], d0["used_bytes"], d0["reserved_bytes"]),
+                         ("Fake H200", 0, 10000000000, 500000000))
+        self.assertEqual(d0["process_bytes"], 9500000000)
+        self.assertEqual(d0["visible_process_bytes"], 4000000000)
+        self.assertEqual(d0["residue_bytes"], 6000000000)
+        self.assertEqual(d1["residue_bytes"], 0)
+        self.assertEqual(doc["residue_bytes"], 6000000000)
+        h = self.holder_of(doc, live.pid)
+        self.assertEqual((h["class"], h["gpu_memory_bytes"]), ("running", 4000000000))
+        h = self.holder_of(doc, unseen)
+        self.assertEqual(h["class"], "not_visible")
+        self.assertIsNone(h["state"])
+        self.assertEqual(h["gpu_memory_bytes"], 5000000000)
+        self.assertIn("NVML reports host PIDs", h["why"])
+        # This test's own PID exists here but holds no device file: NVML meant another process.
+        h = self.holder_of(doc, os.getpid())
+        self.assertEqual(h["class"], "not_visible")
+        self.assertIn("another PID namespace", h["why"])
+        h = self.holder_of(doc, 424242424)
+        self.assertIsNone(h["gpu_memory_bytes"])
+        self.assertEqual(h["gpu_memory"], [{"device": 0, "bytes": None}])
+        r = self.doctor(nvml=nvml)
+        self.assertIn("device 0  Fake H200", r.stdout)
+        self.assertIn("residue 5.59 GiB", r.stdout)
+        self.assertIn("(not in this PID namespace)", r.stdout)
+        # With --pid, the devices still count every process.
+        doc = self.doctor_json("--pid", str(live.pid), nvml=nvml, expect=1)
+        self.assertEqual([h["pid"] for h in doc["holders"]], [live.pid])
+        self.assertEqual(doc["devices"][0]["residue_bytes"], 6000000000)
+
+    def test_nvml_process_list_retry_protocol(self):
+        # The fake answers NVML_ERROR_INSUFFICIENT_SIZE until given room for every process.
+        procs = "".join(f"process 0 {4194304 + 100 + i} {i + 1}\n" for i in range(40))
+        doc = self.doctor_json(nvml="device 0 1000 0 900 Fake\n" + procs, expect=1)
+        self.assertEqual(len(doc["holders"]), 40)
+        self.assertEqual(doc["devices"][0]["process_bytes"], sum(range(1, 41)))
+
+    def test_watch_reports_the_residue_trend(self):
+        for used, trend in (("3221225472,2147483648,1073741824", "shrinking"),
+                            ("1073741824,1073741824,5368709120", "growing"),
+                            ("1073741824,1073741824,1073741900", "steady")):
+            with self.subTest(trend=trend):
+                nvml = f"device 0 150000000000 0 {used} Fake\n"
+                started = time.monotonic()
+                docs = self.doctor_json("--watch", "0.1", "--count", "3", nvml=nvml)
+                self.assertGreaterEqual(time.monotonic() - started, 0.2)
+                self.assertEqual([d["watch"]["sample"] for d in docs], [1, 2, 3])
+                self.assertEqual(docs[0]["watch"]["residue_trend"], "unknown")
+                last = docs[-1]["watch"]
+                self.assertEqual(last["residue_trend"], trend)
+                values = [int(v) for v in used.split(",")]
+                self.assertEqual((last["residue_first_bytes"], last["residue_last_bytes"]), (values[0], values[-1]))
+                self.assertEqual((last["residue_min_bytes"], last["residue_max_bytes"]), (min(values), max(values)))
+                self.assertEqual(last["count"], 3)
+                self.assertGreaterEqual(last["elapsed_s"], 0.2)
+        nvml = "device 0 150000000000 0 3221225472,2147483648,1073741824 Fake\n"
+        r = self.doctor("--watch", "0.05", "--count", "3", nvml=nvml)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("sample 3/3", r.stdout)
+        self.assertIn("residue shrinking: 3.00 GiB -> 1.00 GiB", r.stdout)
+        # Without NVML the trend is unknown, and the holders are still counted.
+        live = self.start_holder()
+        r = self.doctor("--watch", "0.05", "--count", "2")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("holders 1 -> 1; residue unknown (no NVML)", r.stdout)
+        live.kill()
+        # An unbounded watch ends on SIGINT with its summary.
+        p = subprocess.Popen([GPUGUARD, "doctor", "--device-prefix", self.prefix, "--watch", "0.05"],
+                             stdout=subprocess.PIPE, text=True, env=self.env())
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=10)
+        self.assertIn("watch: ", out)
+
+    def test_reap_then_watch_the_holders_go(self):
+        orphan, reaper = self.make_orphan("subreaper")
+        docs = self.doctor_json("--reap", "--grace", "1", "--watch", "0.1", "--count", "3")
+        self.assertEqual(self.holder_of(docs[0], orphan)["reap"]["action"], "terminated")
+        self.assertEqual(docs[0]["exit_status"], 0)
+        self.assertEqual(docs[-1]["holders"], [])
+        self.assertIsNone(docs[-1]["reap"], "reaps after the first sample only")
+        self.assertEqual((docs[-1]["watch"]["holders_first"], docs[-1]["watch"]["holders_last"]), (1, 0))
+        reaper.wait(timeout=10)
+
+    def test_schema_rejects_what_it_should(self):
+        if not HAVE_JSONSCHEMA:
+            self.skipTest("jsonschema is not installed")
+        doc = self.doctor_json(expect=0)
+        for broken in ({**doc, "version": 2}, {**doc, "extra": 1},
+                       {**doc, "holders": [{"pid": 1, "class": "bogus"}]}):
+            with self.assertRaises(jsonschema.ValidationError):
+                jsonschema.validate(broken, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+HAVE_JSONSCHEMA = False
+SCHEMA = None
+try:
+    import jsonschema
+    HAVE_JSONSCHEMA = True
+except ImportError:
+    jsonschema = None
+
+
+def validate(test, doc):
+    """Checks a document against the schema where jsonschema is installed (and says so once)."""
+    if HAVE_JSONSCHEMA:
+        jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    else:
+        test.assertEqual((doc["schema"], doc["version"]), ("gpuguard.doctor", 1))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    GPUGUARD, FAKE_NVML, ROOT = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
+    with open(os.path.join(ROOT, "docs", "schemas", "doctor-v1.schema.json")) as f:
+        SCHEMA = json.load(f)
+    if HAVE_JSONSCHEMA:
+        jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    else:
+        print("doctor_test: jsonschema is not installed: documents are checked by hand only", file=sys.stderr)
+    unittest.main(argv=sys.argv[:1], verbosity=2)

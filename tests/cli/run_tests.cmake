@@ -1,0 +1,27 @@
+# Tests of `gpuguard run` (the supervisor), in real processes: tests/cli/run_test.py, grouped so
+# that ctest runs the groups side by side. run_fake_nvml.cpp stands in for libnvidia-ml.so.1 (the
+# residue check's NVML path) and, built a second time, for the library --track preloads.
+foreach(lib IN ITEMS gpuguard_run_fake_nvml gpuguard_run_fake_preload)
+  add_library(${lib} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/run_fake_nvml.cpp)
+  gpuguard_set_warnings(${lib})
+endforeach()
+
+foreach(group IN ITEMS usage exit_status signals teardown residue track tty)
+  add_test(NAME cli.run.${group}
+    COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run_test.py $<TARGET_FILE:gpuguard_cli>
+      $<TARGET_FILE:gpuguard_run_fake_nvml> $<TARGET_FILE:gpuguard_run_fake_preload> ${group})
+  set_tests_properties(cli.run.${group} PROPERTIES TIMEOUT 120)
+endforeach()
+
+# A real PyTorch job: DataLoader workers and a multiprocessing helper outlive their parent's
+# SIGKILL without gpuguard, and not with it. Needs torch (scripts/deps.sh installs it); fails,
+# never skips, without it.
+add_test(NAME cli.run.torch
+  COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run_torch_test.py $<TARGET_FILE:gpuguard_cli>)
+set_tests_properties(cli.run.torch PROPERTIES TIMEOUT 180)
+
+# On a GPU: a Python parent whose spawned child holds 2 GiB is killed with SIGKILL; plain, the child
+# keeps the memory; under `gpuguard run` it is back within 1 s. Skips (77) without a GPU.
+add_test(NAME gpu.run
+  COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run_gpu_test.py $<TARGET_FILE:gpuguard_cli>)
+set_tests_properties(gpu.run PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu RESOURCE_LOCK gpu_device_memory TIMEOUT 240)
