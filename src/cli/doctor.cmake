@@ -1,12 +1,9 @@
 # Sources of `gpuguard doctor`, appended to the tool's library (owned by that command).
 #   doctor.cpp         options, sampling, --watch loop
-#   doctor_proc.cpp    /proc: stat parser, device-file scan, holder classification
-#   doctor_nvml.cpp    NVML through dlopen (no link-time dependency, no nvml.h)
+#   (/proc and NVML come from proc.cpp and nvml.cpp: shared with run, listed in CMakeLists.txt)
 #   doctor_reap.cpp    --reap through pidfds
 #   doctor_report.cpp  the table and the gpuguard.doctor v1 JSON document
 list(APPEND gpuguard_cli_command_sources
   ${CMAKE_CURRENT_SOURCE_DIR}/doctor.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctor_proc.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctor_nvml.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/doctor_reap.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/doctor_report.cpp)

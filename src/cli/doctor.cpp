@@ -4,8 +4,8 @@
 // in this PID namespace), shows the residue no visible process accounts for, optionally watches it
 // over time, and with --reap ends orphaned holders through pidfds. See docs/doctor.md.
 #include "commands.hpp"
-#include "doctor_nvml.hpp"
-#include "doctor_proc.hpp"
+#include "nvml.hpp"
+#include "proc.hpp"
 #include "doctor_reap.hpp"
 #include "doctor_report.hpp"
 
@@ -471,8 +471,7 @@ int doctor_main(int argc, char** argv) {
   options o;
   if (const int rc = parse_args(argc, argv, o); rc >= 0) { return rc; }
 
-  const char* lib_env = std::getenv("GPUGUARD_NVML_LIBRARY");
-  const std::string library = lib_env != nullptr && *lib_env != '\0' ? lib_env : "libnvidia-ml.so.1";
+  const std::string library = nvml_library_name();
   nvml_session nvml;
   if (!o.no_nvml) { nvml = nvml_session::open(library); }
 

@@ -1,7 +1,7 @@
 // `gpuguard doctor --reap` through pidfds (see doctor_reap.hpp).
 #include "doctor_reap.hpp"
 
-#include "doctor_proc.hpp"
+#include "proc.hpp"
 #include "format.hpp"
 
 #include <cerrno>

@@ -4,8 +4,8 @@
 /// docs/schemas/doctor-v1.schema.json).
 #pragma once
 
-#include "doctor_nvml.hpp"
-#include "doctor_proc.hpp"
+#include "nvml.hpp"
+#include "proc.hpp"
 #include "doctor_reap.hpp"
 
 #include <cstdint>

@@ -13,8 +13,8 @@
 ///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal.
 #pragma once
 
-#include "run_nvml.hpp"
-#include "run_proc.hpp"
+#include "nvml.hpp"
+#include "proc.hpp"
 
 #include <array>
 #include <cstdint>

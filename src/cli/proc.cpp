@@ -1,18 +1,22 @@
-// /proc reading and holder classification for `gpuguard doctor` (see doctor_proc.hpp).
-#include "doctor_proc.hpp"
+// /proc readers for `gpuguard run` and `gpuguard doctor`, and the doctor's holder classification
+// (see proc.hpp). Plain POSIX reads (no iostreams): /proc files report size 0, and the supervisor
+// rescans the process table every few milliseconds during a grace period.
+#include "proc.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <system_error>
+#include <unordered_map>
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace gpuguard::cli::doctor {
+namespace gpuguard::cli {
 
 namespace {
 
@@ -92,38 +96,23 @@ device_use& use_of(std::vector<device_use>& uses, std::string_view path) {
   return uses.back();
 }
 
-// Counts the descriptors in `fd_dir` and the mappings in `maps` that name files under `prefix`.
-// False when the fd directory cannot be read.
-bool read_device_uses(const std::string& fd_dir, const std::string& maps, const std::string& prefix,
-                      std::vector<device_use>& uses) {
-  const std::optional<std::vector<int>> fds = numeric_entries(fd_dir);
-  if (!fds) { return false; }
-  for (const int fd : *fds) {
-    const std::optional<std::string> target = read_link(fd_dir + "/" + std::to_string(fd));
-    if (target && under_prefix(*target, prefix)) { ++use_of(uses, *target).fds; }
-  }
-  if (const std::optional<std::string> text = read_text(maps, max_maps_bytes)) {
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      const std::size_t newline = rest.find('\n');
-      const std::string_view line = rest.substr(0, newline);
-      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
-      // address perms offset dev inode [path]: the path starts after the fifth field.
-      std::size_t i = 0;
-      for (int field = 0; field < 5 && i < line.size(); ++field) {
-        while (i < line.size() && line[i] == ' ') { ++i; }
-        while (i < line.size() && line[i] != ' ') { ++i; }
-      }
-      while (i < line.size() && line[i] == ' ') { ++i; }
-      const std::string_view path = line.substr(std::min(i, line.size()));
-      if (!path.empty() && under_prefix(path, prefix)) { ++use_of(uses, path).mappings; }
+bool is_dead_state(char state) noexcept { return state == 'Z' || state == 'X' || state == 'x'; }
+
+// Whether a thread of `pid` other than its leader is still running (for a leader that shows 'Z').
+bool has_live_thread(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  const std::optional<std::vector<int>> tids = numeric_entries(dir);
+  if (!tids) { return false; }
+  for (const int tid : *tids) {
+    if (tid <= 0 || tid == pid) { continue; }
+    const std::string stat = read_text(dir + "/" + std::to_string(tid) + "/stat", 4096).value_or(std::string());
+    const std::size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z' && stat[close + 2] != 'X') {
+      return true;
     }
   }
-  std::sort(uses.begin(), uses.end(), [](const device_use& a, const device_use& b) { return a.path < b.path; });
-  return true;
+  return false;
 }
-
-bool is_dead_state(char state) noexcept { return state == 'Z' || state == 'X' || state == 'x'; }
 
 std::string describe(const process_table& table, int pid) {
   const auto it = table.find(pid);
@@ -176,6 +165,40 @@ const char* state_name(char state) noexcept {
 
 bool under_prefix(std::string_view target, std::string_view prefix) noexcept {
   return !prefix.empty() && target.size() >= prefix.size() && target.compare(0, prefix.size(), prefix) == 0;
+}
+
+device_scan scan_device_files(const std::string& dir, std::string_view prefix) {
+  device_scan scan;
+  const std::string fd_dir = dir + "/fd";
+  if (const std::optional<std::vector<int>> fds = numeric_entries(fd_dir)) {
+    scan.fds_readable = true;
+    for (const int fd : *fds) {
+      const std::optional<std::string> target = read_link(fd_dir + "/" + std::to_string(fd));
+      if (target && under_prefix(*target, prefix)) { ++use_of(scan.uses, *target).fds; }
+    }
+  } else {
+    scan.error = errno;
+  }
+  if (const std::optional<std::string> text = read_text(dir + "/maps", max_maps_bytes)) {
+    std::string_view rest = *text;
+    while (!rest.empty()) {
+      const std::size_t newline = rest.find('\n');
+      const std::string_view line = rest.substr(0, newline);
+      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+      // address perms offset dev inode [path]: the path starts after the fifth field.
+      std::size_t i = 0;
+      for (int field = 0; field < 5 && i < line.size(); ++field) {
+        while (i < line.size() && line[i] == ' ') { ++i; }
+        while (i < line.size() && line[i] != ' ') { ++i; }
+      }
+      while (i < line.size() && line[i] == ' ') { ++i; }
+      const std::string_view path = line.substr(std::min(i, line.size()));
+      if (!path.empty() && under_prefix(path, prefix)) { ++use_of(scan.uses, path).mappings; }
+    }
+  }
+  std::sort(scan.uses.begin(), scan.uses.end(),
+            [](const device_use& a, const device_use& b) { return a.path < b.path; });
+  return scan;
 }
 
 std::optional<proc_stat> read_stat(const std::string& proc_root, int pid) {
@@ -246,7 +269,9 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
   }
   if (info.ns_pids.empty()) { info.ns_pids.push_back(pid); }
 
-  info.fds_readable = read_device_uses(task_dir + "/fd", task_dir + "/maps", prefix, info.devices);
+  device_scan scan = scan_device_files(task_dir, prefix);
+  info.fds_readable = scan.fds_readable;
+  if (info.fds_readable) { info.devices = std::move(scan.uses); }
   return info;
 }
 
@@ -374,4 +399,80 @@ classification classify(const proc_stat* p, char state, const process_table& tab
   return c;
 }
 
-}  // namespace gpuguard::cli::doctor
+// ---- `gpuguard run` ----
+
+std::optional<proc_entry> read_proc_entry(pid_t pid) {
+  const std::optional<proc_stat> stat = read_stat("/proc", static_cast<int>(pid));
+  if (!stat) { return std::nullopt; }
+  proc_entry entry;
+  entry.pid = pid;
+  entry.ppid = static_cast<pid_t>(stat->ppid);
+  entry.pgid = static_cast<pid_t>(stat->pgid);
+  entry.sid = static_cast<pid_t>(stat->sid);
+  entry.state = stat->state;
+  entry.start_time = stat->start_time;
+  entry.comm = stat->comm;
+  if (entry.state == 'Z') { entry.zombie_with_threads = has_live_thread(pid); }
+  return entry;
+}
+
+std::vector<proc_entry> list_processes() {
+  std::vector<proc_entry> table;
+  const std::optional<std::vector<int>> pids = numeric_entries("/proc");
+  if (!pids) { return table; }
+  for (const int pid : *pids) {
+    if (pid <= 0) { continue; }
+    if (auto e = read_proc_entry(static_cast<pid_t>(pid))) { table.push_back(std::move(*e)); }
+  }
+  return table;
+}
+
+std::vector<proc_entry> descendants_of(pid_t root, const std::vector<proc_entry>& table) {
+  std::unordered_multimap<pid_t, const proc_entry*> children;
+  children.reserve(table.size());
+  for (const proc_entry& e : table) { children.emplace(e.ppid, &e); }
+  std::vector<proc_entry> found;
+  std::deque<pid_t> queue{root};
+  while (!queue.empty()) {
+    const pid_t parent = queue.front();
+    queue.pop_front();
+    const auto [first, last] = children.equal_range(parent);
+    for (auto it = first; it != last; ++it) {
+      const proc_entry& child = *it->second;
+      if (child.pid == root) { continue; }  // cannot happen in a real table; guards against loops
+      found.push_back(child);
+      queue.push_back(child.pid);
+    }
+  }
+  return found;
+}
+
+std::string read_cmdline(pid_t pid) {
+  std::string text = read_text("/proc/" + std::to_string(pid) + "/cmdline", max_cmdline_bytes).value_or(std::string());
+  while (!text.empty() && text.back() == '\0') { text.pop_back(); }
+  std::replace(text.begin(), text.end(), '\0', ' ');
+  return text;
+}
+
+device_files held_device_files(pid_t pid, std::string_view prefix) {
+  device_files result;
+  if (prefix.empty()) { return result; }
+  device_scan scan = scan_device_files("/proc/" + std::to_string(pid), prefix);
+  result.error = scan.fds_readable ? 0 : scan.error;
+  constexpr std::string_view deleted = " (deleted)";
+  for (const device_use& use : scan.uses) {
+    if (use.fds > 0) { result.paths.push_back(use.path); }
+    if (use.mappings == 0 || use.path.front() != '/') { continue; }
+    // A mapping of a file removed since keeps it; the file is named without the kernel's suffix.
+    std::string_view path = use.path;
+    if (path.size() > deleted.size() && path.substr(path.size() - deleted.size()) == deleted) {
+      path.remove_suffix(deleted.size());
+    }
+    if (under_prefix(path, prefix)) { result.paths.emplace_back(path); }
+  }
+  std::sort(result.paths.begin(), result.paths.end());
+  result.paths.erase(std::unique(result.paths.begin(), result.paths.end()), result.paths.end());
+  return result;
+}
+
+}  // namespace gpuguard::cli

@@ -1,13 +1,15 @@
-// NVML through dlopen for `gpuguard doctor` (see doctor_nvml.hpp).
-#include "doctor_nvml.hpp"
+// NVML through dlopen for `gpuguard doctor` and `gpuguard run` (see nvml.hpp). The declarations
+// below are part of NVML's stable C ABI, versioned by the _v2/_v3 suffixes of the entry points.
+#include "nvml.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include <dlfcn.h>
 
-namespace gpuguard::cli::doctor {
+namespace gpuguard::cli {
 
 namespace {
 
@@ -57,6 +59,13 @@ F symbol(void* handle, const char* name) {
   return reinterpret_cast<F>(::dlsym(handle, name));
 }
 
+// NVML's text for `rc`, "" when it has none.
+std::string error_string(void* handle, nvml_return rc) {
+  const auto text = symbol<error_string_fn>(handle, "nvmlErrorString");
+  const char* s = text != nullptr ? text(rc) : nullptr;
+  return s != nullptr ? s : "";
+}
+
 std::string error_text(void* handle, const char* call, nvml_return rc) {
   const auto text = symbol<error_string_fn>(handle, "nvmlErrorString");
   const char* s = text != nullptr ? text(rc) : nullptr;
@@ -82,24 +91,38 @@ nvml_return list_processes(processes_fn fn, nvml_device_handle device, std::vect
 
 }  // namespace
 
-nvml_session nvml_session::open(const std::string& library) {
+std::string nvml_library_name() {
+  const char* name = std::getenv("GPUGUARD_NVML_LIBRARY");
+  return name != nullptr && *name != '\0' ? name : "libnvidia-ml.so.1";
+}
+
+nvml_session nvml_session::open(const std::string& library, const std::vector<std::vector<const char*>>& required) {
   nvml_session s;
   ::dlerror();
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
     s.error_ = why != nullptr ? why : "cannot load " + library;
+    s.failure_ = nvml_failure::not_loaded;
+    s.failure_detail_ = why != nullptr ? why : library;
     return s;
   }
   auto init = symbol<init_fn>(handle, "nvmlInit_v2");
-  if (init == nullptr) { init = symbol<init_fn>(handle, "nvmlInit"); }
-  if (init == nullptr) {
-    s.error_ = library + " has no nvmlInit_v2";
+  if (init == nullptr && required.empty()) { init = symbol<init_fn>(handle, "nvmlInit"); }
+  const bool has_required = std::all_of(required.begin(), required.end(), [handle](const auto& names) {
+    return std::any_of(names.begin(), names.end(), [handle](const char* name) { return ::dlsym(handle, name) != nullptr; });
+  });
+  if (init == nullptr || !has_required) {
+    s.error_ = library + (init == nullptr ? " has no nvmlInit_v2" : " lacks a required entry point");
+    s.failure_ = nvml_failure::missing_symbols;
     ::dlclose(handle);
     return s;
   }
   if (const nvml_return rc = init(); rc != nvml_success) {
     s.error_ = error_text(handle, "nvmlInit_v2", rc);
+    s.failure_ = nvml_failure::init_failed;
+    s.failure_detail_ = error_string(handle, rc);
+    if (s.failure_detail_.empty()) { s.failure_detail_ = std::to_string(rc); }
     ::dlclose(handle);
     return s;
   }
@@ -117,11 +140,15 @@ nvml_session nvml_session::open(const std::string& library) {
 nvml_session::nvml_session(nvml_session&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)),
       error_(std::move(other.error_)),
+      failure_(std::exchange(other.failure_, nvml_failure::none)),
+      failure_detail_(std::move(other.failure_detail_)),
       driver_version_(std::move(other.driver_version_)) {}
 
 nvml_session& nvml_session::operator=(nvml_session&& other) noexcept {
   std::swap(handle_, other.handle_);
   std::swap(error_, other.error_);
+  std::swap(failure_, other.failure_);
+  std::swap(failure_detail_, other.failure_detail_);
   std::swap(driver_version_, other.driver_version_);
   return *this;
 }
@@ -225,4 +252,93 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
   return devices;
 }
 
-}  // namespace gpuguard::cli::doctor
+std::vector<gpu_process> nvml_session::processes(std::string* note) const {
+  std::vector<gpu_process> found;
+  std::string ignored;
+  std::string& out = note != nullptr ? *note : ignored;
+  const auto add_note = [&out](const std::string& what) { out += (out.empty() ? "" : "; ") + what; };
+  // NVML's text for `rc`, its number when it has none.
+  const auto text_of = [this](nvml_return rc, const std::string& none) {
+    std::string text = error_string(handle_, rc);
+    return text.empty() ? none : text;
+  };
+  if (handle_ == nullptr) { return found; }
+  const auto get_count = symbol<count_fn>(handle_, "nvmlDeviceGetCount_v2");
+  const auto get_handle = symbol<handle_fn>(handle_, "nvmlDeviceGetHandleByIndex_v2");
+  const auto pick = [this](const char* v3, const char* v2) {
+    const auto fn = symbol<processes_fn>(handle_, v3);
+    return fn != nullptr ? fn : symbol<processes_fn>(handle_, v2);
+  };
+  const std::pair<const char*, processes_fn> queries[] = {
+      {"compute processes", pick("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")},
+      {"graphics processes", pick("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2")},
+      {"MPS processes", pick("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2")},
+  };
+  if (get_count == nullptr || get_handle == nullptr) {
+    add_note("NVML lacks nvmlDeviceGetCount_v2 or nvmlDeviceGetHandleByIndex_v2");
+    return found;
+  }
+  unsigned int devices = 0;
+  if (const nvml_return rc = get_count(&devices); rc != nvml_success) {
+    add_note("nvmlDeviceGetCount: " + text_of(rc, std::to_string(rc)));
+    devices = 0;
+  }
+  std::vector<nvml_process_info> infos;
+  for (unsigned int index = 0; index < devices; ++index) {
+    nvml_device_handle device = nullptr;
+    if (get_handle(index, &device) != nvml_success) {
+      add_note("no handle for device " + std::to_string(index));
+      continue;
+    }
+    const std::size_t device_begin = found.size();
+    for (const auto& [what, fn] : queries) {
+      if (fn == nullptr) { continue; }
+      if (const nvml_return rc = list_processes(fn, device, infos); rc != nvml_success) {
+        add_note(std::string(what) + " on device " + std::to_string(index) + ": " +
+                 text_of(rc, "error " + std::to_string(rc)));
+        continue;
+      }
+      for (const nvml_process_info& info : infos) {
+        std::optional<std::uint64_t> bytes;
+        if (info.usedGpuMemory != nvml_value_not_available) { bytes = info.usedGpuMemory; }
+        // A process in more than one list (compute and graphics) is one holder: keep the larger.
+        const auto same = std::find_if(found.begin() + static_cast<std::ptrdiff_t>(device_begin), found.end(),
+                                       [&info](const gpu_process& p) { return p.pid == static_cast<pid_t>(info.pid); });
+        if (same != found.end()) {
+          if (bytes && (!same->bytes || *bytes > *same->bytes)) { same->bytes = bytes; }
+          continue;
+        }
+        found.push_back(gpu_process{index, static_cast<pid_t>(info.pid), bytes});
+      }
+    }
+  }
+  return found;
+}
+
+gpu_process_snapshot query_gpu_processes() {
+  gpu_process_snapshot snapshot;
+  const std::string name = nvml_library_name();
+  // What the residue check needs, checked before NVML is initialised.
+  const nvml_session nvml = nvml_session::open(
+      name, {{"nvmlShutdown"},
+             {"nvmlDeviceGetCount_v2"},
+             {"nvmlDeviceGetHandleByIndex_v2"},
+             {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}});
+  switch (nvml.failure()) {
+    case nvml_failure::none: break;
+    case nvml_failure::not_loaded:
+      snapshot.note = "NVML not available (" + nvml.failure_detail() + ")";
+      return snapshot;
+    case nvml_failure::missing_symbols:
+      snapshot.note = "NVML not usable (" + name + " lacks the _v2/_v3 entry points)";
+      return snapshot;
+    case nvml_failure::init_failed:
+      snapshot.note = "NVML not available (nvmlInit: " + nvml.failure_detail() + ")";
+      return snapshot;
+  }
+  snapshot.available = true;
+  snapshot.processes = nvml.processes(&snapshot.note);
+  return snapshot;
+}
+
+}  // namespace gpuguard::cli

@@ -1,11 +1,14 @@
 /// @file
-/// @brief What `gpuguard doctor` reads from /proc: process status, open device files, and the
-/// classification of a process that holds a GPU device (running, stopped, zombie, uninterruptible,
+/// @brief What the commands read from /proc: the /proc/PID/stat parser, the scan of a process's
+/// descriptors and mappings for device files under a prefix (`/dev/nvidia` by default), the
+/// process table and descendants `gpuguard run` supervises, and the classification of a process
+/// that holds a GPU device `gpuguard doctor` reports (running, stopped, zombie, uninterruptible,
 /// orphaned, not visible in this PID namespace).
 ///
-/// Everything here takes the /proc root and the device path prefix as parameters, so the scan runs
-/// on fake device files (tests) as well as on /dev/nvidia*. Nothing here throws for bad input:
-/// a process that vanishes or cannot be read mid-scan is simply reported as such.
+/// Reading /proc is racy by nature: a process may end between two reads. Every function here
+/// treats a process that vanished as gone, never as an error, and nothing here throws for bad
+/// input. The doctor's functions take the /proc root and the device prefix as parameters, so the
+/// scan runs on fake device files (tests) as well as on /dev/nvidia*.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +18,11 @@
 #include <string_view>
 #include <vector>
 
-namespace gpuguard::cli::doctor {
+#include <sys/types.h>
 
-/// The fields of /proc/PID/stat the doctor uses (proc(5) numbering in the comments).
+namespace gpuguard::cli {
+
+/// The fields of /proc/PID/stat the commands use (proc(5) numbering in the comments).
 struct proc_stat {
   int pid = 0;                  ///< (1)
   std::string comm;             ///< (2) without the parentheses
@@ -47,6 +52,19 @@ struct device_use {
   int fds = 0;
   int mappings = 0;
 };
+
+/// The device files under a prefix one process (or thread) holds, from one look at its fd
+/// directory and its maps. Each command filters it as it needs.
+struct device_scan {
+  std::vector<device_use> uses;  ///< by path, sorted; a mapping's path as /proc/PID/maps shows it
+  bool fds_readable = false;     ///< the fd directory could be listed
+  int error = 0;                 ///< errno of the failed listing (EACCES: another user's process)
+};
+
+/// Counts the descriptors in DIR/fd and the mappings in DIR/maps (DIR: /proc/PID or a task
+/// directory of it) that name files under `prefix`. The maps are read even when the fd directory
+/// cannot be. Never throws but std::bad_alloc.
+device_scan scan_device_files(const std::string& dir, std::string_view prefix);
 
 /// A process as the doctor reports it.
 struct process_info {
@@ -111,4 +129,46 @@ classification classify(const proc_stat* p, char state, const process_table& tab
 /// Reads /proc_root/PID/stat again; nullopt when the process is gone or unreadable.
 std::optional<proc_stat> read_stat(const std::string& proc_root, int pid);
 
-}  // namespace gpuguard::cli::doctor
+// ---- `gpuguard run`: the process table, descendants and held device files ----
+
+/// A process as `gpuguard run`'s supervisor tracks it: its /proc/PID/stat line, parsed by
+/// parse_proc_stat, with whether a zombie leader still has live threads.
+struct proc_entry {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+  pid_t sid = 0;
+  char state = '?';              // R, S, D, Z, T, t, X, I, ...
+  bool zombie_with_threads = false;  // a leader that ended while other threads of it run
+  std::uint64_t start_time = 0;  // clock ticks after boot: with the pid, names one process for good
+  std::string comm;              // the kernel's short name (15 bytes at most)
+
+  /// False for a zombie whose every thread has ended (a leader that ended while other threads
+  /// run shows 'Z' too, and is still alive).
+  [[nodiscard]] bool alive() const noexcept { return (state != 'Z' && state != 'X') || zombie_with_threads; }
+};
+
+/// /proc/PID/stat parsed; nullopt when the process is gone (or /proc says something unexpected).
+std::optional<proc_entry> read_proc_entry(pid_t pid);
+
+/// Every process /proc shows, in no particular order.
+std::vector<proc_entry> list_processes();
+
+/// The processes below `root` in `table` (children, their children, ...), found through the
+/// parent links; `root` itself is not included. Breadth-first order.
+std::vector<proc_entry> descendants_of(pid_t root, const std::vector<proc_entry>& table);
+
+/// /proc/PID/cmdline with its NUL separators turned into spaces ("" if gone or a kernel thread).
+std::string read_cmdline(pid_t pid);
+
+/// The files under a device prefix one process holds.
+struct device_files {
+  std::vector<std::string> paths;  // sorted, each once: open descriptors and mappings together
+  int error = 0;                   // errno of a failed look (EACCES: another user's process)
+};
+
+/// Which paths starting with `prefix` process `pid` has open (/proc/PID/fd) or mapped
+/// (/proc/PID/maps: a mapping keeps the device open after its descriptor is closed).
+device_files held_device_files(pid_t pid, std::string_view prefix);
+
+}  // namespace gpuguard::cli
