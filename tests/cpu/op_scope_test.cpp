@@ -190,8 +190,8 @@ TEST_F(op_scopes, durations_are_wall_time_in_nanoseconds) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const op_result& result = scope.end();
   const auto outside = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - before).count();
-  EXPECT_GE(result.duration_ns, 50 * 1000 * 1000);
-  EXPECT_LE(result.duration_ns, outside + 1000 * 1000) << "outside " << outside;
+  EXPECT_GE(result.duration_ns, 50'000'000);
+  EXPECT_LE(result.duration_ns, outside + 1'000'000) << "outside " << outside;
 }
 
 TEST_F(op_scopes, the_macro_declares_a_named_scope_for_the_block) {
