@@ -12,8 +12,10 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
+#include <new>
 
 namespace gpuguard {
 
@@ -31,7 +33,38 @@ bool device_used(int& device, std::size_t& used) noexcept {
   return true;
 }
 
+struct probe_slot {
+  framework_probe probe;
+  const char* name;
+};
+// One pointer to an immutable slot, so a scope reads probe and name together. Slots are never
+// freed: a scope that read the old one may still be using it.
+std::atomic<const probe_slot*> installed_probe{nullptr};
+
+int current_device_or_zero() noexcept {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return 0;
+  }
+  return device;
+}
+
 }  // namespace
+
+void set_framework_probe(framework_probe probe, const char* name) noexcept {
+  const probe_slot* slot = nullptr;
+  if (probe != nullptr) {
+    slot = new (std::nothrow) probe_slot{probe, name != nullptr ? name : "framework"};  // NOLINT: kept for the process
+    if (slot == nullptr) { return; }
+  }
+  installed_probe.store(slot, std::memory_order_release);
+}
+
+const op_result* current_op() noexcept {
+  const auto* scope = static_cast<const op_scope*>(detail::this_thread_state().innermost_scope);
+  return scope == nullptr ? nullptr : &scope->result();
+}
 
 op_scope::op_scope(std::string_view name) noexcept {
   const unsigned flags = detail::scope_flags();
@@ -57,6 +90,14 @@ op_scope::op_scope(std::string_view name) noexcept {
   uncaught_at_start_ = std::uncaught_exceptions();
   if ((flags & detail::scope_device_query) != 0) {
     result_.device_queried = device_used(result_.device, result_.used_before);
+  }
+  if (const probe_slot* slot = installed_probe.load(std::memory_order_acquire); slot != nullptr) {
+    const int device = result_.device_queried ? result_.device : current_device_or_zero();
+    if (slot->probe(device, framework_at_start_)) {
+      probe_ = slot->probe;
+      result_.framework = slot->name;
+      result_.device = device;
+    }
   }
   if ((flags & detail::scope_nvtx) != 0) {
     nvtxRangePushA(result_.name);
@@ -89,6 +130,15 @@ const op_result& op_scope::end() noexcept {
                           cudaSetDevice(device) == cudaSuccess;
     result_.device_queried = device_used(device, result_.used_after);
     if (switched) { static_cast<void>(cudaSetDevice(current)); }
+  }
+  if (probe_ != nullptr) {
+    framework_memory now{};
+    if (probe_(result_.device, now)) {
+      result_.framework_allocated_delta = static_cast<std::int64_t>(now.allocated - framework_at_start_.allocated);
+      result_.framework_reserved_delta = static_cast<std::int64_t>(now.reserved - framework_at_start_.reserved);
+    } else {
+      result_.framework = nullptr;
+    }
   }
   if (nvtx_) { nvtxRangePop(); }
   if (thread.innermost_scope == this) { thread.innermost_scope = parent_; }

@@ -33,8 +33,15 @@ constexpr enum_spelling<device_mode> device_mode_spellings[] = {
     {device_mode::host, "host"},
 };
 
+constexpr enum_spelling<torch_mode> torch_mode_spellings[] = {
+    {torch_mode::observe, "observe"},
+    {torch_mode::swap_in, "swap_in"},
+    {torch_mode::off, "off"},
+};
+
 constexpr const auto& spellings(stack_mode /*tag*/) { return stack_mode_spellings; }
 constexpr const auto& spellings(device_mode /*tag*/) { return device_mode_spellings; }
+constexpr const auto& spellings(torch_mode /*tag*/) { return torch_mode_spellings; }
 
 template <auto member>
 using member_type = std::remove_reference_t<decltype(std::declval<options&>().*member)>;
@@ -209,6 +216,7 @@ constexpr key_entry keys[] = {
     make_key<integer_key<&options::queue_capacity, 64, 16777216>>("queue_capacity", "events the output queue holds before it drops"),
     make_key<bool_key<&options::hooks>>("hooks", "enable_tracking installs the exit-path hooks (terminate, signals, crashes)"),
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
+    make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
 };
 
 // Keys and values come from the environment, so messages must stay one printable line.
@@ -299,5 +307,6 @@ const options& process_options() {
 
 const char* to_string(stack_mode mode) noexcept { return spelling_of(mode); }
 const char* to_string(device_mode mode) noexcept { return spelling_of(mode); }
+const char* to_string(torch_mode mode) noexcept { return spelling_of(mode); }
 
 }  // namespace gpuguard

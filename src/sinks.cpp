@@ -180,6 +180,13 @@ class jsonl_sink final : public sink {
       field(out, "used_before", op.used_before);
       field(out, "used_after", op.used_after);
     }
+    if (op.framework != nullptr) {
+      if (!op.device_queried) { field(out, "device", op.device); }
+      out += ",\"framework\":";
+      append_json_string(out, op.framework);
+      field(out, "framework_allocated_delta", op.framework_allocated_delta);
+      field(out, "framework_reserved_delta", op.framework_reserved_delta);
+    }
     end();
   }
 
@@ -353,6 +360,14 @@ class trace_sink final : public sink {
       append_uint(out, op.used_before);
       out += ",\"device_used_after\":";
       append_uint(out, op.used_after);
+    }
+    if (op.framework != nullptr) {
+      out += ",\"framework\":";
+      append_json_string(out, op.framework);
+      out += ",\"framework_allocated_delta\":";
+      append_int(out, op.framework_allocated_delta);
+      out += ",\"framework_reserved_delta\":";
+      append_int(out, op.framework_reserved_delta);
     }
     out += "}}";
     file_.maybe_flush();
@@ -606,6 +621,12 @@ std::string op_line(const op_result& op) {
   if (op.device_queried) {
     line += ", device " + std::to_string(op.device) + " used " + format_bytes(op.used_before) +
             " -> " + format_bytes(op.used_after);
+  }
+  if (op.framework != nullptr) {
+    line += "; ";
+    line += op.framework;
+    line += " allocated " + format_signed_bytes(op.framework_allocated_delta) + ", reserved " +
+            format_signed_bytes(op.framework_reserved_delta);
   }
   if (op.exception) { line += " [exception]"; }
   return line;

@@ -194,22 +194,10 @@ std::string device_name(int device) {
 }
 }  // namespace
 
-void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites) {
-  if (report.count == 0) {
-    std::string peaks;
-    for (const auto& [device, c] : report.devices) {
-      peaks += ", peak " + detail::format_bytes(c.peak_bytes) + " on " + device_name(device);
-    }
-    std::uint64_t allocations = 0;
-    for (const auto& entry : report.devices) { allocations += entry.second.allocations; }
-    std::fprintf(out, "[gpuguard] no leaks: all %llu tracked allocations were freed%s\n",
-                 static_cast<unsigned long long>(allocations), peaks.c_str());
-    return;
-  }
-  std::fprintf(out, "[gpuguard] LEAK: %s in %llu allocation%s still live, from %zu site%s\n",
-               detail::format_bytes(report.bytes).c_str(),
-               static_cast<unsigned long long>(report.count), report.count == 1 ? "" : "s",
-               report.sites.size(), report.sites.size() == 1 ? "" : "s");
+namespace {
+
+// The sites of a report, largest first, each with its frames.
+void write_sites(std::FILE* out, const leak_report& report, std::size_t max_sites) {
   std::size_t shown = 0;
   for (const leak_site& site : report.sites) {
     if (shown == max_sites) {
@@ -233,6 +221,51 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
       std::fputc('\n', out);
     }
   }
+}
+
+}  // namespace
+
+void report_out_of_memory(const out_of_memory_info& info) noexcept {
+  try {
+    const op_result* op = current_op();
+    const counters on_device = device_counters(info.device);
+    std::fprintf(stderr, "[gpuguard] OUT OF MEMORY: %s could not get %s on device %d (%s free of %s)%s%s%s\n",
+                 info.source != nullptr ? info.source : "an allocation",
+                 detail::format_bytes(info.requested).c_str(), info.device,
+                 detail::format_bytes(info.free_bytes).c_str(), detail::format_bytes(info.total_bytes).c_str(),
+                 op != nullptr ? " in operation \"" : "", op != nullptr ? op->name : "", op != nullptr ? "\"" : "");
+    std::fprintf(stderr, "[gpuguard] live on device %d: %s in %llu allocations (peak %s); largest sites:\n",
+                 info.device, detail::format_bytes(on_device.current_bytes).c_str(),
+                 static_cast<unsigned long long>(on_device.live_count()),
+                 detail::format_bytes(on_device.peak_bytes).c_str());
+    constexpr std::size_t sites_shown = 5;
+    leak_report live = collect_leaks(sites_shown);
+    live.sites.erase(std::remove_if(live.sites.begin(), live.sites.end(),
+                                    [&](const leak_site& s) { return s.device != info.device; }),
+                     live.sites.end());
+    write_sites(stderr, live, sites_shown);
+  } catch (...) {
+    std::fputs("[gpuguard] out of memory: the report of what was live could not be made\n", stderr);
+  }
+}
+
+void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites) {
+  if (report.count == 0) {
+    std::string peaks;
+    for (const auto& [device, c] : report.devices) {
+      peaks += ", peak " + detail::format_bytes(c.peak_bytes) + " on " + device_name(device);
+    }
+    std::uint64_t allocations = 0;
+    for (const auto& entry : report.devices) { allocations += entry.second.allocations; }
+    std::fprintf(out, "[gpuguard] no leaks: all %llu tracked allocations were freed%s\n",
+                 static_cast<unsigned long long>(allocations), peaks.c_str());
+    return;
+  }
+  std::fprintf(out, "[gpuguard] LEAK: %s in %llu allocation%s still live, from %zu site%s\n",
+               detail::format_bytes(report.bytes).c_str(),
+               static_cast<unsigned long long>(report.count), report.count == 1 ? "" : "s",
+               report.sites.size(), report.sites.size() == 1 ? "" : "s");
+  write_sites(out, report, max_sites);
   const misuse_counts& m = report.misuse;
   if (m.total() != 0) {
     std::fprintf(out, "[gpuguard] misuse: %llu unknown-pointer frees, %llu double frees, "

@@ -36,12 +36,39 @@ struct op_result {
   std::uint16_t depth = 0;   ///< 0 for a scope with no enclosing scope on its thread
   bool exception = false;    ///< the scope ended while an exception unwound through it
   bool device_queried = false;  ///< used_before/used_after are filled (op_device_query=1)
-  int device = host_device_id;  ///< the device queried: current at entry
+  int device = host_device_id;  ///< the device queried (device query or framework probe): current at entry
   std::size_t used_before = 0;  ///< device-wide used bytes at entry (cudaMemGetInfo)
   std::size_t used_after = 0;   ///< device-wide used bytes at exit
+  /// A framework's own figures (set_framework_probe; the LibTorch adapter: PyTorch's allocated
+  /// and reserved bytes), on the device current at entry. Null when no probe answered.
+  const char* framework = nullptr;
+  std::int64_t framework_allocated_delta = 0;  ///< the framework's allocated bytes, exit minus entry
+  std::int64_t framework_reserved_delta = 0;   ///< the framework's reserved (cached) bytes, exit minus entry
 
   [[nodiscard]] std::string_view name_view() const noexcept { return name; }
 };
+
+/// What a framework that manages device memory itself says about one device.
+struct framework_memory {
+  std::uint64_t allocated = 0;  ///< bytes in live allocations (tensors)
+  std::uint64_t reserved = 0;   ///< bytes the framework holds from the device (its cache included)
+};
+
+/// Reads a framework's figures for `device`; false when it cannot say now. Called by every scope at
+/// entry and exit on the scope's thread, so it must be cheap, must not throw, and must not call
+/// back into gpuguard's scopes.
+using framework_probe = bool (*)(int device, framework_memory& out) noexcept;
+
+/**
+ * Makes every later scope also record `probe`'s figures (as deltas) under the framework's `name`,
+ * a string that must live for the rest of the process ("torch"). nullptr removes the probe. The
+ * LibTorch adapter installs one; scopes that are open when it changes are read consistently.
+ */
+GPUGUARD_API void set_framework_probe(framework_probe probe, const char* name) noexcept;
+
+/// The innermost scope open on the calling thread (its name and start; the figures are only known
+/// at its end), or nullptr. For reports made in the middle of an operation, such as out of memory.
+[[nodiscard]] GPUGUARD_API const op_result* current_op() noexcept;
 
 /**
  * Records the memory an operation takes. Construct it at the start of the operation; the result is
@@ -79,6 +106,8 @@ class GPUGUARD_API op_scope {
   std::int64_t net_at_start_ = 0;
   std::int64_t parent_peak_ = 0;
   int uncaught_at_start_ = 0;
+  framework_probe probe_ = nullptr;
+  framework_memory framework_at_start_{};
   bool ended_ = false;
   bool nvtx_ = false;
 };

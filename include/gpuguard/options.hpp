@@ -30,6 +30,13 @@ enum class device_mode {
   host,       ///< host memory (`host_memory_resource`), for machines without a GPU
 };
 
+/// What `gpuguard::torch::enable()` (the LibTorch adapter, docs/torch.md) does.
+enum class torch_mode {
+  observe,  ///< attach to PyTorch's native CUDA caching allocator and feed the ledger
+  swap_in,  ///< replace PyTorch's CUDA allocator with gpuguard's tracking allocator
+  off,      ///< nothing
+};
+
 /// Every option, with its default. The keys of `GPUGUARD_OPTIONS` are the member names.
 struct options {
   stack_mode stacks = stack_mode::off;   ///< key `stacks`: off | sampled | all
@@ -61,6 +68,9 @@ struct options {
   // Exit paths (docs/hooks.md).
   bool hooks = true;                     ///< key `hooks`: enable_tracking installs the exit-path hooks
   std::string crash_file;                ///< key `crash_file`: crash record path, besides stderr ("" = stderr only)
+
+  // LibTorch adapter (docs/torch.md).
+  torch_mode torch = torch_mode::observe;  ///< key `torch`: observe | swap_in | off, for gpuguard::torch::enable()
 };
 
 /// What `parse_options` made of a string: the options, and one message per rejected item.
@@ -88,5 +98,6 @@ GPUGUARD_API const options& process_options();
 /// Names of enum values as `GPUGUARD_OPTIONS` spells them.
 GPUGUARD_API const char* to_string(stack_mode mode) noexcept;
 GPUGUARD_API const char* to_string(device_mode mode) noexcept;
+GPUGUARD_API const char* to_string(torch_mode mode) noexcept;
 
 }  // namespace gpuguard

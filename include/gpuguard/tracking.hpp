@@ -71,6 +71,20 @@ GPUGUARD_API void write_leak_text(std::FILE* out, const leak_report& report, std
 GPUGUARD_API bool write_leak_json(const std::string& path, const leak_report& report,
                                   std::string* error);
 
+/// What a source knows about an allocation that failed for lack of device memory.
+struct out_of_memory_info {
+  const char* source = nullptr;  ///< who asked, for the message ("PyTorch's caching allocator")
+  int device = 0;
+  std::size_t requested = 0;     ///< bytes asked for
+  std::size_t free_bytes = 0;    ///< the device's free bytes, as the source saw them
+  std::size_t total_bytes = 0;
+};
+
+/// Writes to stderr what was live when an allocation failed for lack of memory: the request, the
+/// operation scope open on the calling thread, the ledger's live bytes on that device and its five
+/// largest live sites (with stacks when they were captured). Slow (resolves stacks); never throws.
+GPUGUARD_API void report_out_of_memory(const out_of_memory_info& info) noexcept;
+
 /// What the exit handler does: the text report (leak_report=1), the JSON file (leak_json), and,
 /// with leaks and leak_exitcode=N, ends the process with status N. Exposed for tests and for
 /// exit paths that cannot rely on atexit.

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Python's way into swap-in mode: torch.cuda.memory.CUDAPluggableAllocator loads
+libgpuguard_torch_alloc.so by its two documented names (docs/torch.md).
+
+usage: pluggable_test.py LIB [--gpu]
+
+Without --gpu (CI): the library loads, exports both names, becomes PyTorch's allocator before CUDA
+initialises; a CUDA tensor then fails PyTorch's usual way (no driver); the process exits normally
+with gpuguard's exit report. With --gpu (the GPU runner): one training step of a small model runs
+on the GPU through gpuguard's allocator and the leak report at exit is clean.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+SNIPPET = textwrap.dedent("""
+    import sys, torch
+    lib = sys.argv[1]
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(lib, "gpuguard_torch_alloc", "gpuguard_torch_free")
+    torch.cuda.memory.change_current_allocator(allocator)
+    print("swapped", flush=True)
+    if sys.argv[2] == "gpu":
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(256, 64, device="cuda")
+        y = torch.randint(0, 10, (256,), device="cuda")
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        print("losses", losses, flush=True)
+        assert losses[-1] < losses[0], losses
+        del model, opt, x, y, loss
+    else:
+        try:
+            torch.zeros(4, device="cuda")
+        except (RuntimeError, AssertionError) as e:
+            print("cuda tensor refused:", str(e).splitlines()[0], flush=True)
+        else:
+            raise SystemExit("a CUDA tensor was made on a machine without a GPU")
+""")
+
+
+def main():
+    lib = os.path.abspath(sys.argv[1])
+    gpu = "--gpu" in sys.argv[2:]
+    failures = []
+    if gpu:
+        import torch
+        if not torch.cuda.is_available():
+            if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
+                print("FAIL: GPUGUARD_REQUIRE_GPU=1 but torch sees no CUDA device")
+                return 1
+            print("SKIP: no CUDA device on this machine; the GPU runner (scripts/gpu-runner.sh) runs it")
+            return 77
+
+    exported = ctypes.CDLL(lib)
+    for name in ("gpuguard_torch_alloc", "gpuguard_torch_free"):
+        if not hasattr(exported, name):
+            failures.append(f"{lib} does not export {name}")
+
+    env = dict(os.environ, GPUGUARD_OPTIONS="leak_report=1")
+    run = subprocess.run([sys.executable, "-c", SNIPPET, lib, "gpu" if gpu else "cpu"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    print(run.stdout)
+    print(run.stderr[-4000:], file=sys.stderr)
+    if run.returncode != 0:
+        failures.append(f"the snippet exited with status {run.returncode}")
+    if "swapped" not in run.stdout:
+        failures.append("change_current_allocator did not take the library")
+    if gpu:
+        if "losses" not in run.stdout:
+            failures.append("the training step did not run")
+        if "[gpuguard] no leaks" not in run.stderr:
+            failures.append("gpuguard's exit report did not say every allocation was freed")
+    else:
+        if "cuda tensor refused" not in run.stdout:
+            failures.append("the CUDA tensor was not refused PyTorch's usual way")
+        if "[gpuguard]" not in run.stderr:
+            failures.append("gpuguard's exit report did not run in the Python process")
+
+    for f in failures:
+        print("FAIL:", f)
+    print("pluggable:", "FAIL" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

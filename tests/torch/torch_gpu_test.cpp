@@ -1,0 +1,207 @@
+// The LibTorch adapter on a GPU (the GPU runner; skipped with a reason elsewhere). Each test runs in
+// its own process (gtest_discover_tests): the adapter's mode is for the life of a process.
+#include <gpuguard/ledger.hpp>
+#include <gpuguard/op_scope.hpp>
+#include <gpuguard/tracking.hpp>
+#include <gpuguard/torch.hpp>
+
+#include "gpu_test.hpp"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int device = 0;
+constexpr std::int64_t mib = 1 << 20;
+
+struct small_cnn : torch::nn::Module {
+  small_cnn()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 16, 3).padding(1)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+        fc(register_module("fc", torch::nn::Linear(32 * 8 * 8, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    return fc->forward(x.flatten(1));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::Conv2d conv2;
+  torch::nn::Linear fc;
+};
+
+std::uint64_t torch_allocated() {
+  gpuguard::torch::torch_memory m;
+  EXPECT_TRUE(gpuguard::torch::memory(device, m));
+  return m.allocated;
+}
+
+std::uint64_t ledger_live() { return gpuguard::device_counters(device).current_bytes; }
+
+class torch_gpu : public gpuguard_test::gpu_test {};
+
+TEST_F(torch_gpu, observe_ledger_equals_torch_allocated_at_every_checkpoint_of_training) {
+  gpuguard::torch::observe();
+  torch::manual_seed(0);
+  auto model = std::make_shared<small_cnn>();
+  model->to(torch::kCUDA);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  EXPECT_EQ(ledger_live(), torch_allocated()) << "after the model moved to the GPU";
+  for (int step = 0; step < 5; ++step) {
+    auto x = torch::randn({64, 3, 32, 32}, torch::kCUDA);
+    auto y = torch::randint(0, 10, {64}, torch::kCUDA);
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    EXPECT_EQ(ledger_live(), torch_allocated()) << "after forward, step " << step;
+    loss.backward();
+    EXPECT_EQ(ledger_live(), torch_allocated()) << "after backward, step " << step;
+    optimizer.step();
+    EXPECT_EQ(ledger_live(), torch_allocated()) << "after the optimizer step, step " << step;
+  }
+  EXPECT_GT(ledger_live(), 0U);
+  const gpuguard::torch::cache_counters cache = gpuguard::torch::cache(device);
+  EXPECT_GE(cache.segment_allocs, 1U);
+  gpuguard::torch::torch_memory m;
+  ASSERT_TRUE(gpuguard::torch::memory(device, m));
+  EXPECT_EQ(cache.reserved_bytes, m.reserved) << "segments seen by the tracker = torch's reserved bytes";
+}
+
+TEST_F(torch_gpu, observe_keeps_torchs_own_statistics_and_snapshot_working) {
+  auto before_attach = torch::empty({4 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
+  gpuguard::torch::observe();
+  EXPECT_EQ(ledger_live(), torch_allocated()) << "the tensor from before the attach was entered from a snapshot";
+  auto t = torch::empty({8 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  EXPECT_EQ(stats.allocated_bytes[0].current, static_cast<std::int64_t>(12 * mib));
+  const auto snap = c10::cuda::CUDACachingAllocator::snapshot({0, 0}, false);
+  std::size_t allocated = 0;
+  for (const auto& segment : snap.segments) { allocated += segment.allocated_size; }
+  EXPECT_EQ(allocated, static_cast<std::size_t>(12 * mib));
+  before_attach.reset();
+  EXPECT_EQ(ledger_live(), torch_allocated());
+  EXPECT_EQ(c10::cuda::CUDACachingAllocator::get()->name(), "native");
+}
+
+// NOLINTNEXTLINE(cert-err58-cpp)
+std::vector<torch::Tensor> kept_by_mistake;
+
+__attribute__((noinline)) void remember_activations_by_mistake(const torch::Tensor& x) {
+  kept_by_mistake.push_back(x * 2);  // the bug: a reference kept past its step
+}
+
+TEST_F(torch_gpu, observe_names_a_leaked_tensor_with_its_site) {
+  gpuguard::options opts;
+  opts.stacks = gpuguard::stack_mode::all;
+  opts.stack_depth = 64;
+  gpuguard::configure_ledger(opts);
+  gpuguard::torch::observe();
+  auto x = torch::ones({1024, 1024}, torch::kCUDA);  // 4 MiB of floats
+  remember_activations_by_mistake(x);
+  x.reset();
+  const gpuguard::leak_report live = gpuguard::collect_leaks();
+  bool named = false;
+  for (const gpuguard::leak_site& site : live.sites) {
+    for (const gpuguard::frame_info& frame : site.frames) {
+      if (frame.function.find("remember_activations_by_mistake") != std::string::npos && site.bytes >= 4U * mib) {
+        named = true;
+      }
+    }
+  }
+  EXPECT_TRUE(named) << "no live site names remember_activations_by_mistake";
+  kept_by_mistake.clear();
+}
+
+TEST_F(torch_gpu, observe_exception_in_forward_leaves_allocated_memory_where_it_started) {
+  gpuguard::torch::observe();
+  auto model = std::make_shared<small_cnn>();
+  model->to(torch::kCUDA);
+  const std::uint64_t start = torch_allocated();
+  const std::uint64_t start_ledger = ledger_live();
+  try {
+    GPUGUARD_OP("forward");
+    auto x = torch::randn({256, 3, 32, 32}, torch::kCUDA);
+    auto out = model->forward(x);
+    throw std::runtime_error("loss is NaN");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(torch_allocated(), start);
+  EXPECT_EQ(ledger_live(), start_ledger);
+}
+
+TEST_F(torch_gpu, observe_out_of_memory_is_torchs_error_and_the_ledger_counts_it) {
+  gpuguard::torch::observe();
+  const std::uint64_t start = ledger_live();
+  bool caught = false;
+  try {
+    static_cast<void>(torch::empty({std::int64_t{1} << 40}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8)));
+  } catch (const c10::OutOfMemoryError&) {
+    caught = true;
+  }
+  EXPECT_TRUE(caught) << "1 TiB was not refused as PyTorch's OutOfMemoryError";
+  EXPECT_EQ(gpuguard::torch::cache(device).out_of_memory, 1U);
+  EXPECT_EQ(ledger_live(), start);
+  auto after = torch::ones({16}, torch::kCUDA);  // the device still works
+  EXPECT_EQ(after.sum().item<float>(), 16.0F);
+}
+
+TEST_F(torch_gpu, scopes_report_torchs_allocated_and_reserved_deltas) {
+  gpuguard::torch::observe();
+  torch::Tensor kept;
+  gpuguard::op_scope scope("allocate 64 MiB");
+  kept = torch::empty({64 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
+  const gpuguard::op_result& r = scope.end();
+  ASSERT_NE(r.framework, nullptr);
+  EXPECT_STREQ(r.framework, "torch");
+  EXPECT_EQ(r.framework_allocated_delta, 64 * mib);
+  EXPECT_GE(r.framework_reserved_delta, 0);
+  EXPECT_EQ(r.alloc_bytes, static_cast<std::uint64_t>(64 * mib));
+  EXPECT_EQ(r.device, device);
+}
+
+TEST_F(torch_gpu, swap_in_owns_every_byte_across_streams_with_record_stream) {
+  gpuguard::torch::install_allocator();
+  EXPECT_EQ(c10::cuda::CUDACachingAllocator::get()->name(), "gpuguard");
+  const std::uint64_t start = ledger_live();
+  {
+    auto side = c10::cuda::getStreamFromPool();
+    torch::Tensor produced;
+    {
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      produced = torch::full({32 * mib}, 3, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
+    }
+    at::cuda::CUDAEvent produced_on_side;
+    produced_on_side.record(side);
+    produced_on_side.block(c10::cuda::getCurrentCUDAStream());
+    produced.record_stream(c10::cuda::getCurrentCUDAStream());
+    auto sum = produced.to(torch::kInt64).sum();
+    EXPECT_EQ(sum.item<std::int64_t>(), mib * 3 * 32);
+    EXPECT_GE(ledger_live(), start + 32 * mib);
+    EXPECT_EQ(torch_allocated(), ledger_live()) << "torch.cuda.memory_allocated is the ledger's figure";
+  }
+  c10::cuda::device_synchronize();
+  EXPECT_EQ(ledger_live(), start);
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  EXPECT_EQ(gpuguard::misuse().total(), 0U);
+}
+
+TEST_F(torch_gpu, swap_in_out_of_memory_is_torchs_error) {
+  gpuguard::torch::install_allocator();
+  bool caught = false;
+  try {
+    static_cast<void>(torch::empty({std::int64_t{1} << 40}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8)));
+  } catch (const c10::OutOfMemoryError&) {
+    caught = true;
+  }
+  EXPECT_TRUE(caught);
+  EXPECT_EQ(gpuguard::torch::cache(device).out_of_memory, 1U);
+}
+
+}  // namespace
