@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -59,6 +61,66 @@ TEST_F(op_scopes, records_allocated_freed_net_and_peak) {
   EXPECT_FALSE(result.exception);
   EXPECT_EQ(result.depth, 0U);
   EXPECT_GE(result.duration_ns, 0);
+}
+
+// A framework's own figures (the LibTorch adapter's probe), faked: the scope records their deltas
+// and the JSONL log carries them.
+std::uint64_t fake_allocated = 0;
+bool fake_answers = true;
+bool fake_probe(int /*device*/, gpuguard::framework_memory& out) noexcept {
+  out.allocated = fake_allocated;
+  out.reserved = fake_allocated * 2;
+  return fake_answers;
+}
+
+TEST(op_scope_probe, scopes_record_a_framework_probes_deltas_and_the_log_carries_them) {
+  const std::string log = testing::TempDir() + "gpuguard_probe_test.jsonl";
+  gpuguard::options opts;
+  opts.text_log = "off";
+  opts.jsonl_log = log;
+  gpuguard::start_outputs(opts);
+  gpuguard::set_framework_probe(fake_probe, "fake");
+  fake_allocated = 1000;
+  op_result answered;
+  {
+    op_scope scope("probed");
+    fake_allocated = 1500;
+    answered = scope.end();
+  }
+  fake_answers = false;
+  op_result silent;
+  {
+    op_scope scope("unanswered");
+    silent = scope.end();
+  }
+  gpuguard::set_framework_probe(nullptr, nullptr);
+  fake_answers = true;
+  op_result removed;
+  {
+    op_scope scope("no probe");
+    removed = scope.end();
+  }
+  gpuguard::stop_outputs("test");
+
+  ASSERT_NE(answered.framework, nullptr);
+  EXPECT_STREQ(answered.framework, "fake");
+  EXPECT_EQ(answered.framework_allocated_delta, 500);
+  EXPECT_EQ(answered.framework_reserved_delta, 1000);
+  EXPECT_EQ(silent.framework, nullptr) << "a probe that cannot say leaves the scope without figures";
+  EXPECT_EQ(removed.framework, nullptr);
+
+  std::ifstream in(log);
+  std::string line;
+  bool found = false;
+  while (std::getline(in, line)) {
+    if (line.find("\"name\":\"probed\"") == std::string::npos) { continue; }
+    found = true;
+    EXPECT_NE(line.find("\"framework\":\"fake\""), std::string::npos) << line;
+    EXPECT_NE(line.find("\"framework_allocated_delta\":500"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"framework_reserved_delta\":1000"), std::string::npos) << line;
+  }
+  EXPECT_TRUE(found) << "no op event for the probed scope in " << log;
+  std::remove(log.c_str());
 }
 
 TEST_F(op_scopes, a_scope_that_only_frees_has_negative_net_and_no_peak) {
