@@ -49,6 +49,13 @@ step report "$build/src/cli/gpuguard" report "$out/demo-events.jsonl" -o "$out/d
 step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
   --bench "$build/benchmarks/gpuguard_ops_bench" \
   --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+# The LibTorch adapter: built when CMake found the machine's torch (its python3 has it).
+if [ -x "$build/examples/torch_cnn" ]; then
+  step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
+    --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
+else
+  summary+=("torch adapter: NOT built (see configure.log: was torch found?)"); status=1
+fi
 
 gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
 skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
@@ -70,7 +77,7 @@ echo "result: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)"
 
 # The device tool brings back at most 8 files: the secondary logs travel as one archive.
 secondary=()
-for f in configure.log build.log report.log ctest.xml demo-trace.json; do
+for f in configure.log build.log report.log ctest.xml demo-trace.json torch_bench.log torch_bench.json; do
   [ -e "$out/$f" ] && secondary+=("$f")
 done
 if [ "${#secondary[@]}" -gt 0 ] && tar -czf "$out/more-logs.tar.gz" -C "$out" "${secondary[@]}"; then

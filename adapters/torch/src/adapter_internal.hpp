@@ -21,6 +21,9 @@ bool probe(int device, framework_memory& out) noexcept;
 
 void count_out_of_memory(int device) noexcept;
 
+/// Registers (once) the cleanup that frees PyTorch's cuBLAS workspaces before the exit report.
+void release_workspaces_before_the_report();
+
 /// The swap-in allocation: cudaMallocAsync on `stream` through gpuguard's tracking, on `device`
 /// (made current for the call). Throws c10::OutOfMemoryError when the device is full (with
 /// gpuguard's report of what is live on stderr) and c10::Error for other CUDA failures.

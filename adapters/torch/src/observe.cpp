@@ -3,6 +3,7 @@
 // out-of-memory observer. Also the adapter's state, enable(), and PyTorch's own figures.
 #include <gpuguard/torch.hpp>
 
+#include <gpuguard/cleanup.hpp>
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/tracking.hpp>
@@ -10,6 +11,7 @@
 #include "adapter_internal.hpp"
 
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -129,6 +131,16 @@ std::atomic<state>& adapter_state() noexcept {
   return current;
 }
 
+void release_workspaces_before_the_report() {
+  // PyTorch keeps a cuBLAS workspace per handle and stream for the life of the process, allocated
+  // through its CUDA allocator: without this, every program's leak report would list them.
+  static const bool registered = [] {
+    register_cleanup("torch: release cuBLAS workspaces", [] { ::at::cuda::clearCublasWorkspaces(); }).keep();
+    return true;
+  }();
+  static_cast<void>(registered);
+}
+
 bool probe(int device, framework_memory& out) noexcept {
   torch_memory m;
   if (!memory(device, m)) { return false; }
@@ -183,6 +195,7 @@ void observe() {
   alloc::attachAllocatorTraceTracker(on_trace);
   alloc::attachOutOfMemoryObserver(on_out_of_memory);
   set_framework_probe(detail::probe, "torch");
+  detail::release_workspaces_before_the_report();
   detail::adapter_state().store(state::observing, std::memory_order_release);
 }
 

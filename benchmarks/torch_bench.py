@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""What the LibTorch adapter costs a training step: examples/torch_cnn's median step time in
+observe and swap-in mode as ratios against the native allocator, measured in one run with the
+modes interleaved (so drift in clocks or temperature falls on all of them alike).
+
+    python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210]
+        [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+
+Each round runs native, observe and swap_in once (`TORCH_CNN --mode M --bench --no-leak
+--steps N`; the program drops its first 10 steps as warm-up and prints the median of the rest).
+A mode's figure is the median over rounds. Targets (issue 7): observe at most 1.01 times native,
+swap-in at most 1.15 times. Exits 77 without a GPU (the program does), 0 otherwise; a missed
+target is reported as MISS in the table, not as a failure of this script.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_benchmarks import describe_machine, with_section  # noqa: E402
+
+MODES = ("native", "observe", "swap_in")
+TARGETS = {"observe": 1.01, "swap_in": 1.15}
+
+
+def median_step_ms(binary, mode, steps):
+    done = subprocess.run([binary, "--mode", mode, "--bench", "--no-leak", "--steps", str(steps)],
+                          capture_output=True, text=True, timeout=550,
+                          env=dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0"))
+    if done.returncode == 77:
+        raise SystemExit(77)
+    m = re.search(r"median step ms ([0-9.]+)", done.stdout)
+    if done.returncode != 0 or not m:
+        raise RuntimeError(f"{mode}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
+    return float(m.group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("binary")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=210)
+    parser.add_argument("--out")
+    parser.add_argument("--append-section", metavar="NAME")
+    parser.add_argument("--json-out")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.steps <= 10:
+        parser.error("--rounds must be at least 1 and --steps more than 10 (the warm-up)")
+
+    per_mode = {m: [] for m in MODES}
+    for r in range(args.rounds):
+        for mode in MODES:
+            per_mode[mode].append(median_step_ms(args.binary, mode, args.steps))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES),
+              flush=True)
+    medians = {m: statistics.median(v) for m, v in per_mode.items()}
+    ratios = {m: medians[m] / medians["native"] for m in TARGETS}
+    document = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                "machine": describe_machine(), "rounds": args.rounds, "steps": args.steps,
+                "per_round_ms": per_mode, "median_ms": medians, "ratios": ratios}
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(document, f, indent=2)
+
+    gpus = ", ".join(f"{g['name']} (driver {g['driver']})" for g in document["machine"]["gpus"]) or "no GPU"
+    lines = [f"Machine: {document['machine']['cpu']}, {gpus}; {document['date']}.",
+             f"Command: `python3 benchmarks/torch_bench.py {os.path.basename(args.binary)} --rounds {args.rounds} "
+             f"--steps {args.steps}`: median step of examples/torch_cnn over {args.steps - 10} steps after "
+             f"10 of warm-up, median of {args.rounds} interleaved rounds.", "",
+             "| mode | median step | ratio to native | target | verdict |", "|---|---|---|---|---|",
+             f"| native | {medians['native']:.3f} ms | 1.000 | | |"]
+    for mode, limit in TARGETS.items():
+        lines.append(f"| {mode} | {medians[mode]:.3f} ms | {ratios[mode]:.3f} | at most {limit} | "
+                     f"{'PASS' if ratios[mode] <= limit else 'MISS'} |")
+    body = "\n".join(lines) + "\n"
+    print(body)
+    if args.out:
+        old = open(args.out).read() if os.path.exists(args.out) else ""
+        name = args.append_section or "LibTorch adapter"
+        with open(args.out, "w") as f:
+            f.write(with_section(old, name, body))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
