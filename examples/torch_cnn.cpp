@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
       {
         GPUGUARD_OP("load");
         // A fixed synthetic task: the label is the brightest of ten channel patterns.
-        const auto generator_seed = static_cast<std::uint64_t>(1000 + step);
+        const std::uint64_t generator_seed = std::uint64_t{1000} + static_cast<std::uint64_t>(step);
         torch::manual_seed(generator_seed);
         if (s.side_stream) {
           const c10::cuda::CUDAStreamGuard on_side(side);
