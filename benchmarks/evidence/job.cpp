@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -57,10 +59,33 @@ torch::Tensor hold_mib(std::int64_t mib) {
   return torch::ones({mib << 20}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
 }
 
+// A worker says it holds its memory with a file the job waits for (training starts once its
+// data-loader workers are up, so a kill at any iteration finds them holding memory).
+std::string ready_prefix(pid_t job) { return "gpuguard-evidence-ready-" + std::to_string(job) + "-"; }
+
 [[noreturn]] void run_worker(std::int64_t mib) {
   const torch::Tensor held = hold_mib(mib);
   torch::cuda::synchronize();
+  const std::ofstream ready(std::filesystem::temp_directory_path() /
+                            (ready_prefix(::getppid()) + std::to_string(::getpid())));
   for (;;) { std::this_thread::sleep_for(std::chrono::seconds(1)); }
+}
+
+void wait_for_workers(int count) {
+  const std::string prefix = ready_prefix(::getpid());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    std::vector<std::filesystem::path> ready;
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) { ready.push_back(entry.path()); }
+    }
+    if (static_cast<int>(ready.size()) >= count) {
+      for (const auto& p : ready) { std::filesystem::remove(p); }
+      return;
+    }
+    if (std::chrono::steady_clock::now() > deadline) { throw std::runtime_error("the workers did not start within 120 s"); }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::vector<std::string> worker_argv(const char* self, const settings& s) {
@@ -128,6 +153,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     }
   }
   const torch::Tensor held = hold_mib(s.main_mib);
+  wait_for_workers(s.workers);
   auto weights = torch::randn({2048, 2048}, torch::kCUDA).requires_grad_();
   for (int i = 0; i < s.iters; ++i) {
     GPUGUARD_OP("step");

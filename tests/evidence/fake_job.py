@@ -34,8 +34,13 @@ def main():
             time.sleep(1)
     print("pid", os.getpid(), flush=True)
     hold(a.main_mib)
-    for _ in range(a.workers):
-        subprocess.Popen([sys.executable, __file__, "--worker", "--worker-mib", str(a.worker_mib)])
+    workers = [subprocess.Popen([sys.executable, __file__, "--worker", "--worker-mib", str(a.worker_mib)])
+               for _ in range(a.workers)]
+    # Training starts once the workers are up (holding their memory), as with a real data loader.
+    directory = os.environ["GPUGUARD_EVIDENCE_FAKE_DEVICE"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(os.path.exists(os.path.join(directory, str(w.pid))) for w in workers):
+        time.sleep(0.01)
     for i in range(a.iters):
         if i == a.fail_at and a.fail == "throw":
             raise RuntimeError(f"loss is NaN at iteration {i}")
