@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,6 +136,14 @@ class gpuguard_allocator final : public pluggable::CUDAPluggableAllocator {
   }
 };
 
+// Swap-in starts before CUDA does, so the exit report was registered before the CUDA runtime
+// registered its teardown, and would run after it. Registering it again once CUDA is up (the first
+// allocation) makes it run first; it runs once whichever registration fires (as the interposer does).
+void after_first_allocation() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] { static_cast<void>(std::atexit([] { run_exit_report(); })); });
+}
+
 std::shared_ptr<gpuguard_allocator>& installed() {
   static std::shared_ptr<gpuguard_allocator> allocator;
   return allocator;
@@ -150,7 +159,9 @@ void* swap_allocate(std::size_t bytes, int device, cudaStream_t stream) {
   TORCH_CHECK(on.entered(), "gpuguard's swap-in allocator could not make device ", device, " current");
   tracking_resource tracked(stream_ordered(), device);
   try {
-    return tracked.allocate(bytes, stream_view{stream});
+    void* ptr = tracked.allocate(bytes, stream_view{stream});
+    after_first_allocation();
+    return ptr;
   } catch (const out_of_memory& oom) {
     count_out_of_memory(device);
     std::size_t free_bytes = 0;
