@@ -1,96 +1,188 @@
 #!/usr/bin/env bash
-# The GPU runner: on a machine with a GPU (the H200 through the device tool), configures and
-# builds gpuguard with every core, runs the whole suite with GPU tests required, fails if any GPU
-# test skipped, and prints a short summary last. Logs go to $OUT (or ./gpu-runner-out).
-# usage: scripts/gpu-runner.sh
+# The GPU runner: on a machine with a GPU (the H200 through the device tool), builds what the chosen
+# slices need and runs the tests that need a GPU or behave differently with one, with GPU tests
+# required (a GPU test that skips fails), then prints a summary with the time of each step. The
+# CPU-only suite (lint, sanitizers, consumer builds, the browser) is CI's, not the runner's.
+#
+# usage: scripts/gpu-runner.sh [SLICE...]      (default: all)
+#   core     guards, tracking, operation scopes, exit paths, the leak report and the demo on the GPU
+#   torch    the LibTorch adapter: its GPU tests, and its CPU tests with every GPU hidden
+#   process  gpuguard run, gpuguard doctor and the interposer (--track) on real GPU processes
+#   bench    the benchmarks (benchmarks.md and .json) and the LibTorch step-time ratios
+#   all      every slice above, after building everything; also checks that every test labelled
+#            gpu belongs to a slice
+# Logs and results go to $OUT (default ./gpu-runner-out); the build to $GPUGUARD_GPU_BUILD
+# (default ./build-gpu, which the device tool keeps between calls while its machine is warm).
+# docs/testing.md says which slice to run after which change, and what each costs on the H200.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-"$root/gpu-runner-out"}
-mkdir -p "$out"
-build=${GPUGUARD_GPU_BUILD:-/tmp/gpuguard-gpu-build}
+build=${GPUGUARD_GPU_BUILD:-"$root/build-gpu"}
 . "$root/scripts/env.sh"
 jobs=$(nproc)
+
+usage() { awk 'NR >= 7 && /^#/ { sub(/^# ?/, ""); print; next } NR > 7 { exit }' "$0"; }
+
+# ---- the slices: what each builds and which ctest names it runs ---------------------------------
+# (multigpu.* run only on a machine with two GPUs; elsewhere they are left out and the summary says so.)
+targets_core="gpuguard_gpu_tests gpuguard_multi_gpu_tests gpuguard_no_gpu_tests gpuguard_leak_child gpuguard_hooks_child gpuguard_demo gpuguard_cli"
+tests_core='^(gpu\.|multigpu\.|no_gpu\.|examples\.demo$)'
+exclude_core='^(gpu\.(torch\.|run$|doctor$|preload$)|multigpu\.torch\.)'
+targets_torch="gpuguard_torch_cpu_tests gpuguard_torch_gpu_tests gpuguard_torch_multi_gpu_tests gpuguard_torch_alloc torch_cnn"
+tests_torch='^(gpu\.torch\.|multigpu\.torch\.|torch\.)'
+exclude_torch='^$'
+targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program"
+tests_process='^gpu\.(run|doctor|preload)$'
+exclude_process='^$'
+targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn"
+test_slices="core torch process"
+
+slices=()
+for arg in "$@"; do
+  case "$arg" in
+    core|torch|process|bench) slices+=("$arg") ;;
+    all) slices+=(core torch process bench) ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu-runner: unknown slice '$arg' (expected core, torch, process, bench or all)" >&2; usage >&2; exit 2 ;;
+  esac
+done
+all=0
+if [ "${#slices[@]}" -eq 0 ] || [[ " $* " == *" all "* ]]; then
+  all=1
+  slices=(core torch process bench)
+fi
+# Each slice once, in the order given.
+mapfile -t slices < <(printf '%s\n' "${slices[@]}" | awk '!seen[$0]++')
+
+mkdir -p "$out/logs"
 summary=()
 status=0
+run_start=$SECONDS
 
-step() {  # step NAME COMMAND...: runs COMMAND, logs to $out/NAME.log, records pass/fail
+step() {  # step NAME COMMAND...: runs COMMAND, logs to $out/logs/NAME.log, records pass/fail and time
   local name=$1; shift
   local start=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then
+  if "$@" >"$out/logs/$name.log" 2>&1; then
     summary+=("$name: ok ($((SECONDS - start)) s)")
   else
-    summary+=("$name: FAILED ($((SECONDS - start)) s, see $name.log)")
+    summary+=("$name: FAILED ($((SECONDS - start)) s, see logs/$name.log)")
     status=1
-    tail -40 "$out/$name.log"
+    tail -40 "$out/logs/$name.log"
   fi
 }
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "slices: ${slices[*]}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   nvcc --version | tail -1
   cmake --version | head -1
   g++ --version | head -1
-  echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null);" \
-    "cpu flags: $(grep -o -w -m1 'constant_tsc\|nonstop_tsc' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -1
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
 step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CUDA_ARCHITECTURES=90
-step build cmake --build "$build" -j "$jobs"
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUGUARD_TSAN_TESTS=OFF
+if [ "$all" -eq 1 ]; then
+  step build cmake --build "$build" -j "$jobs"
+else
+  wanted=()
+  for s in "${slices[@]}"; do
+    var="targets_$s"
+    for t in ${!var}; do wanted+=("$t"); done
+  done
+  mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | sort -u)
+  step build cmake --build "$build" -j "$jobs" --target "${wanted[@]}"
+fi
+
 export GPUGUARD_REQUIRE_GPU=1
-# The browser test needs Debian's chromium, which the GPU machine does not have (and cannot
-# install); CI runs it.
-# Tests labelled multigpu need two GPUs (issue 9): required where there are two, left out (and
-# said so in the summary) where there is one.
+# Tests labelled multigpu need two GPUs: required where there are two, left out (and said so in
+# the summary) where there is one.
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 if [ "${gpus:-0}" -ge 2 ]; then
   export GPUGUARD_REQUIRE_GPUS=2
-  leave_out=browser
+  leave_out='^browser\.'
 else
-  leave_out='browser|multigpu'
+  leave_out='^(browser\.|multigpu\.)'
   summary+=("multi-GPU tests (label multigpu): not run, this machine has ${gpus:-0} GPU(s)")
 fi
-step ctest ctest --test-dir "$build" -j "$jobs" -LE "$leave_out" --output-on-failure --output-junit "$out/ctest.xml"
-GPUGUARD_OPTIONS="stacks=all:jsonl_log=$out/demo-events.jsonl:trace_file=$out/demo-trace.json" \
-  step demo "$build/examples/gpuguard_demo"
-step report "$build/src/cli/gpuguard" report "$out/demo-events.jsonl" -o "$out/demo-report.html"
-step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
-  --bench "$build/benchmarks/gpuguard_ops_bench" \
-  --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
-# The LibTorch adapter: built when CMake found the machine's torch (its python3 has it).
-if [ -x "$build/examples/torch_cnn" ]; then
-  step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
-    --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
-else
-  summary+=("torch adapter: NOT built (see configure.log: was torch found?)"); status=1
+
+total_passed=0
+total_failed=0
+total_skipped=0
+ctest_slice() {  # ctest_slice SLICE: runs the slice's tests, counts passed, failed and skipped
+  local s=$1 include exclude xml
+  include="tests_$s"; exclude="exclude_$s"
+  xml="$out/logs/ctest-$s.xml"
+  step "ctest-$s" ctest --test-dir "$build" -j "$jobs" -R "${!include}" -E "${!exclude}|$leave_out" \
+    --no-tests=error --output-on-failure --output-junit "$xml"
+  local n f k
+  n=$(grep -o '<testcase ' "$xml" 2>/dev/null | wc -l)
+  f=$(grep -c '<failure' "$xml" 2>/dev/null || true)
+  k=$(grep -c '<skipped' "$xml" 2>/dev/null || true)
+  total_passed=$((total_passed + n - ${f:-0} - ${k:-0}))
+  total_failed=$((total_failed + ${f:-0}))
+  total_skipped=$((total_skipped + ${k:-0}))
+  if [ "${k:-0}" -ne 0 ]; then
+    summary+=("ctest-$s: $k skipped (a skipped test on a GPU machine is a failure)"); status=1
+    grep -B1 -A2 '<skipped' "$xml" | head -20
+  fi
+}
+
+for s in "${slices[@]}"; do
+  slice_start=$SECONDS
+  case "$s" in
+    core)
+      ctest_slice core
+      GPUGUARD_OPTIONS="stacks=all:jsonl_log=$out/logs/demo-events.jsonl:trace_file=$out/logs/demo-trace.json" \
+        step demo "$build/examples/gpuguard_demo"
+      step report "$build/src/cli/gpuguard" report "$out/logs/demo-events.jsonl" -o "$out/demo-report.html"
+      ;;
+    torch|process)
+      ctest_slice "$s"
+      ;;
+    bench)
+      step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
+        --bench "$build/benchmarks/gpuguard_ops_bench" \
+        --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+      if [ -x "$build/examples/torch_cnn" ]; then
+        step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
+          --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
+      else
+        summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
+      fi
+      ;;
+  esac
+  summary+=("slice $s: $((SECONDS - slice_start)) s")
+done
+
+if [ "$all" -eq 1 ]; then
+  # Every test labelled gpu must belong to a slice, or `all` would pass without running it.
+  missing=()
+  while read -r name; do
+    covered=0
+    for s in $test_slices; do
+      include="tests_$s"; exclude="exclude_$s"
+      if [[ "$name" =~ ${!include} ]] && ! [[ "$name" =~ ${!exclude} ]]; then covered=1; fi
+    done
+    [[ "$name" =~ $leave_out ]] && covered=1
+    [ "$covered" -eq 1 ] || missing+=("$name")
+  done < <(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
+  if [ "${#missing[@]}" -ne 0 ]; then
+    summary+=("tests labelled gpu in no slice: ${missing[*]}"); status=1
+  fi
 fi
 
-gpu_total=$(ctest --test-dir "$build" -N -L gpu 2>/dev/null | sed -n 's/^Total Tests: //p')
-skipped=$(grep -c 'status="skipped"\|<skipped' "$out/ctest.xml" 2>/dev/null || true)
-passed=$(grep -o '[0-9]*% tests passed.*out of [0-9]*' "$out/ctest.log" | tail -1)
-if [ "${gpu_total:-0}" -eq 0 ]; then
-  summary+=("gpu tests: NONE were built (is nvcc there?)"); status=1
-fi
-if [ "${skipped:-0}" -ne 0 ]; then
-  summary+=("skipped tests: $skipped (a GPU test skipped on a GPU machine is a failure)"); status=1
-  grep -B1 -A2 'skipped' "$out/ctest.xml" | head -20
-fi
-cat "$out/demo.log" "$out/report.log" "$out/benchmarks.md" 2>/dev/null
+cat "$out/logs/demo.log" "$out/logs/report.log" "$out/benchmarks.md" 2>/dev/null
 
 echo
 echo "=== gpu-runner summary ==="
 printf '%s\n' "${summary[@]}"
-echo "ctest: ${passed:-no result}; GPU tests: ${gpu_total:-0}; skipped: ${skipped:-0}"
+echo "tests: $total_passed passed, $total_failed failed, $total_skipped skipped (slices: ${slices[*]})"
+echo "total: $((SECONDS - run_start)) s"
 echo "result: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)"
 
-# The device tool brings back at most 8 files: the secondary logs travel as one archive.
-secondary=()
-for f in configure.log build.log report.log ctest.xml demo-trace.json torch_bench.log torch_bench.json; do
-  [ -e "$out/$f" ] && secondary+=("$f")
-done
-if [ "${#secondary[@]}" -gt 0 ] && tar -czf "$out/more-logs.tar.gz" -C "$out" "${secondary[@]}"; then
-  (cd "$out" && rm -f "${secondary[@]}")
-fi
+# The device tool brings back at most 8 files: the logs travel as one archive.
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 exit "$status"

@@ -33,6 +33,20 @@ bool device_used(int& device, std::size_t& used) noexcept {
   return true;
 }
 
+// What the device's current stream-ordered pool has reserved from the device and hands out now;
+// false if CUDA cannot say (no pool support).
+bool pool_figures(int device, std::uint64_t& reserved, std::uint64_t& used) noexcept {
+  cudaMemPool_t pool = nullptr;
+  // Both attributes are 64-bit unsigned values (cuuint64_t).
+  if (cudaDeviceGetMemPool(&pool, device) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  return true;
+}
+
 struct probe_slot {
   framework_probe probe;
   const char* name;
@@ -90,6 +104,8 @@ op_scope::op_scope(std::string_view name) noexcept {
   uncaught_at_start_ = std::uncaught_exceptions();
   if ((flags & detail::scope_device_query) != 0) {
     result_.device_queried = device_used(result_.device, result_.used_before);
+    result_.pool_queried = result_.device_queried &&
+                           pool_figures(result_.device, pool_reserved_at_start_, pool_used_at_start_);
   }
   if (const probe_slot* slot = installed_probe.load(std::memory_order_acquire); slot != nullptr) {
     const int device = result_.device_queried ? result_.device : current_device_or_zero();
@@ -129,6 +145,14 @@ const op_result& op_scope::end() noexcept {
     const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device &&
                           cudaSetDevice(device) == cudaSuccess;
     result_.device_queried = device_used(device, result_.used_after);
+    std::uint64_t reserved = 0;
+    std::uint64_t used = 0;
+    result_.pool_queried = result_.pool_queried && result_.device_queried && pool_figures(device, reserved, used) &&
+                           (reserved != 0 || pool_reserved_at_start_ != 0);  // a pool never used says nothing
+    if (result_.pool_queried) {
+      result_.pool_reserved_delta = static_cast<std::int64_t>(reserved - pool_reserved_at_start_);
+      result_.pool_used_delta = static_cast<std::int64_t>(used - pool_used_at_start_);
+    }
     if (switched) { static_cast<void>(cudaSetDevice(current)); }
   }
   if (probe_ != nullptr) {

@@ -179,6 +179,10 @@ class jsonl_sink final : public sink {
       field(out, "device", op.device);
       field(out, "used_before", op.used_before);
       field(out, "used_after", op.used_after);
+      if (op.pool_queried) {
+        field(out, "pool_reserved_delta", op.pool_reserved_delta);
+        field(out, "pool_used_delta", op.pool_used_delta);
+      }
     }
     if (op.framework != nullptr) {
       if (!op.device_queried) { field(out, "device", op.device); }
@@ -360,6 +364,12 @@ class trace_sink final : public sink {
       append_uint(out, op.used_before);
       out += ",\"device_used_after\":";
       append_uint(out, op.used_after);
+      if (op.pool_queried) {
+        out += ",\"pool_reserved_delta\":";
+        append_int(out, op.pool_reserved_delta);
+        out += ",\"pool_used_delta\":";
+        append_int(out, op.pool_used_delta);
+      }
     }
     if (op.framework != nullptr) {
       out += ",\"framework\":";
@@ -621,6 +631,10 @@ std::string op_line(const op_result& op) {
   if (op.device_queried) {
     line += ", device " + std::to_string(op.device) + " used " + format_bytes(op.used_before) +
             " -> " + format_bytes(op.used_after);
+    if (op.pool_queried) {
+      line += " (pool reserved " + format_signed_bytes(op.pool_reserved_delta) + ", pool used " +
+              format_signed_bytes(op.pool_used_delta) + ")";
+    }
   }
   if (op.framework != nullptr) {
     line += "; ";

@@ -67,11 +67,14 @@ std::string_view qualified_name(std::string_view name) {
   return name.substr(start);
 }
 
-// Frames of gpuguard and of the standard library's containers and allocators, which stand between
-// the allocation and the code that asked for it. Dropped from the front of a site's frames.
+// Frames that stand between an allocation and the code that asked for it, dropped from the front of
+// a site's frames so that a site begins with the user's line: gpuguard's, the standard library's
+// containers and allocators, and PyTorch's (its dispatcher, ATen operators, c10's caching allocator
+// and the inline tensor API that is compiled into the user's program, such as torch::ones).
 bool is_internal_frame(const std::string& function) {
   const std::string_view name = qualified_name(function);
-  for (const std::string_view prefix : {"gpuguard::", "std::", "__gnu_cxx::", "boost::stacktrace::"}) {
+  for (const std::string_view prefix : {"gpuguard::", "std::", "__gnu_cxx::", "boost::stacktrace::",
+                                        "c10::", "at::", "torch::", "caffe2::"}) {
     if (name.substr(0, prefix.size()) == prefix) { return true; }
   }
   return false;

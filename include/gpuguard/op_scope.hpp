@@ -39,6 +39,14 @@ struct op_result {
   int device = host_device_id;  ///< the device queried (device query or framework probe): current at entry
   std::size_t used_before = 0;  ///< device-wide used bytes at entry (cudaMemGetInfo)
   std::size_t used_after = 0;   ///< device-wide used bytes at exit
+  /// With op_device_query=1, the device's current stream-ordered memory pool (cudaMallocAsync's)
+  /// was read at entry and exit, and it held memory at one of them. A pool keeps what it reserved
+  /// after the frees, so the driver's figure moves with `pool_reserved_delta`, the ledger's with
+  /// `pool_used_delta`: used_after - used_before = net_bytes - pool_used_delta + pool_reserved_delta
+  /// when this thread is the only one allocating.
+  bool pool_queried = false;
+  std::int64_t pool_reserved_delta = 0;  ///< cudaMemPoolAttrReservedMemCurrent, exit minus entry
+  std::int64_t pool_used_delta = 0;      ///< cudaMemPoolAttrUsedMemCurrent, exit minus entry
   /// A framework's own figures (set_framework_probe; the LibTorch adapter: PyTorch's allocated
   /// and reserved bytes), on the device current at entry. Null when no probe answered.
   const char* framework = nullptr;
@@ -73,7 +81,8 @@ GPUGUARD_API void set_framework_probe(framework_probe probe, const char* name) n
 /**
  * Records the memory an operation takes. Construct it at the start of the operation; the result is
  * recorded and sent to the outputs when the scope ends (or at `end()`). Costs two clock reads and
- * a few thread-local reads; with `op_device_query=1` also two `cudaMemGetInfo` calls. If the
+ * a few thread-local reads; with `op_device_query=1` also two `cudaMemGetInfo` calls and two reads of
+ * the device's memory pool. If the
  * outputs are not running yet, the first scope starts them with `process_options()`.
  *
  * Never throws. Not copyable or movable: it is tied to its thread's stack of scopes.
@@ -108,6 +117,8 @@ class GPUGUARD_API op_scope {
   int uncaught_at_start_ = 0;
   framework_probe probe_ = nullptr;
   framework_memory framework_at_start_{};
+  std::uint64_t pool_reserved_at_start_ = 0;
+  std::uint64_t pool_used_at_start_ = 0;
   bool ended_ = false;
   bool nvtx_ = false;
 };

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace {
@@ -32,8 +33,8 @@ class op_scope_gpu : public gpu_test, public testing::WithParamInterface<bool> {
   }
   void TearDown() override { gpuguard::stop_outputs("test"); }
 
-  // true: cudaMallocAsync on the device's pool (released to the OS at synchronize, with the
-  // pool's release threshold at 0); false: cudaMalloc.
+  // true: cudaMallocAsync on the device's pool (which may keep what it reserved after the frees:
+  // the scope reports the pool's figures beside the ledger's); false: cudaMalloc.
   gpuguard::memory_resource& upstream() {
     if (GetParam()) { return async_; }
     return plain_;
@@ -44,6 +45,17 @@ class op_scope_gpu : public gpu_test, public testing::WithParamInterface<bool> {
 
 std::int64_t device_delta(const gpuguard::op_result& r) {
   return static_cast<std::int64_t>(r.used_after) - static_cast<std::int64_t>(r.used_before);
+}
+
+// What the driver should have seen change: the ledger's net, less what the stream-ordered pool
+// handed out (part of the net), plus what the pool reserved from the device (it keeps freed memory).
+std::int64_t expected_device_delta(const gpuguard::op_result& r) {
+  return r.net_bytes - r.pool_used_delta + r.pool_reserved_delta;
+}
+
+std::string figures(const gpuguard::op_result& r) {
+  return "driver " + std::to_string(device_delta(r)) + ", ledger net " + std::to_string(r.net_bytes) +
+         ", pool used " + std::to_string(r.pool_used_delta) + ", pool reserved " + std::to_string(r.pool_reserved_delta);
 }
 
 TEST_P(op_scope_gpu, scope_deltas_match_the_driver_for_large_allocations) {
@@ -64,8 +76,15 @@ TEST_P(op_scope_gpu, scope_deltas_match_the_driver_for_large_allocations) {
   EXPECT_EQ(grow.net_bytes, static_cast<std::int64_t>(1024 * mib));
   EXPECT_EQ(grow.peak_bytes, 1536 * mib);
   EXPECT_EQ(grow.allocs, 2U);
-  EXPECT_LE(std::abs(device_delta(grow) - grow.net_bytes), slack)
-      << "driver " << device_delta(grow) << " ledger " << grow.net_bytes;
+  if (GetParam()) {
+    // Every byte came from the pool: the ledger and the pool's used bytes agree exactly.
+    ASSERT_TRUE(grow.pool_queried);
+    EXPECT_EQ(grow.pool_used_delta, grow.net_bytes);
+    EXPECT_GE(grow.pool_reserved_delta, grow.pool_used_delta) << figures(grow);
+  } else {
+    EXPECT_EQ(grow.pool_used_delta, 0) << figures(grow);
+  }
+  EXPECT_LE(std::abs(device_delta(grow) - expected_device_delta(grow)), slack) << figures(grow);
 
   gpuguard::op_result shrink;
   {
@@ -77,8 +96,11 @@ TEST_P(op_scope_gpu, scope_deltas_match_the_driver_for_large_allocations) {
   ASSERT_TRUE(shrink.device_queried);
   EXPECT_EQ(shrink.net_bytes, -static_cast<std::int64_t>(1024 * mib));
   EXPECT_EQ(shrink.peak_bytes, 0U);
-  EXPECT_LE(std::abs(device_delta(shrink) - shrink.net_bytes), slack)
-      << "driver " << device_delta(shrink) << " ledger " << shrink.net_bytes;
+  if (GetParam()) {
+    ASSERT_TRUE(shrink.pool_queried);
+    EXPECT_EQ(shrink.pool_used_delta, shrink.net_bytes);
+  }
+  EXPECT_LE(std::abs(device_delta(shrink) - expected_device_delta(shrink)), slack) << figures(shrink);
 }
 
 TEST_P(op_scope_gpu, nested_scopes_on_the_device_fold_into_the_parent) {
@@ -97,7 +119,8 @@ TEST_P(op_scope_gpu, nested_scopes_on_the_device_fold_into_the_parent) {
     outer_result = outer.end();
   }
   EXPECT_EQ(outer_result.net_bytes, static_cast<std::int64_t>(1024 * mib));
-  EXPECT_LE(std::abs(device_delta(outer_result) - outer_result.net_bytes), slack);
+  EXPECT_LE(std::abs(device_delta(outer_result) - expected_device_delta(outer_result)), slack)
+      << figures(outer_result);
   kept.clear();
   stream.synchronize();
 }

@@ -4,7 +4,7 @@ libgpuguard_torch_alloc.so by its two documented names (docs/torch.md).
 
 usage: pluggable_test.py LIB [--gpu]
 
-Without --gpu (CI): the library loads, exports both names, becomes PyTorch's allocator before CUDA
+Without --gpu (CI, and the GPU runner with every GPU hidden): the library loads, exports both names, becomes PyTorch's allocator before CUDA
 initialises; a CUDA tensor then fails PyTorch's usual way (no driver); the process exits normally
 with gpuguard's exit report. With --gpu (the GPU runner): one training step of a small model runs
 on the GPU through gpuguard's allocator and the leak report at exit is clean.
@@ -43,7 +43,7 @@ SNIPPET = textwrap.dedent("""
         except (RuntimeError, AssertionError) as e:
             print("cuda tensor refused:", str(e).splitlines()[0], flush=True)
         else:
-            raise SystemExit("a CUDA tensor was made on a machine without a GPU")
+            raise SystemExit("a CUDA tensor was made with every GPU hidden")
 """)
 
 
@@ -66,6 +66,8 @@ def main():
             failures.append(f"{lib} does not export {name}")
 
     env = dict(os.environ, GPUGUARD_OPTIONS="leak_report=1")
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = "-1"  # no GPU, also on a machine that has one
     run = subprocess.run([sys.executable, "-c", SNIPPET, lib, "gpu" if gpu else "cpu"],
                          capture_output=True, text=True, timeout=300, env=env)
     print(run.stdout)

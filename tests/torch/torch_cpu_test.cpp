@@ -1,6 +1,8 @@
 // The LibTorch adapter where there is no GPU: option handling, the modes' refusals, the too-late
 // install error, and swap-in's effect on PyTorch's allocator. Each test runs in its own process
-// (gtest_discover_tests), since the adapter's choices are for the life of the process.
+// (gtest_discover_tests), since the adapter's choices are for the life of the process. ctest runs
+// them with CUDA_VISIBLE_DEVICES=-1 (tests/torch/CMakeLists.txt), so they see no GPU and run the
+// same on a machine that has one.
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/torch.hpp>
@@ -46,7 +48,7 @@ TEST(torch_adapter, off_does_nothing) {
 }
 
 TEST(torch_adapter, observe_without_a_device_is_a_clear_error_and_attaches_nothing) {
-  if (has_gpu()) { GTEST_SKIP() << "this machine has a GPU: the GPU tests cover observe mode"; }
+  ASSERT_FALSE(has_gpu()) << "run it with CUDA_VISIBLE_DEVICES=-1, as ctest does";
   try {
     gpuguard::torch::observe();
     FAIL() << "observe() succeeded with no CUDA device";
@@ -73,20 +75,15 @@ TEST(torch_adapter, swap_in_replaces_the_allocator_and_a_second_call_changes_not
   // Observe mode cannot be added on top: a clear error, and swap-in stays.
   EXPECT_THROW(gpuguard::torch::observe(), gpuguard::torch::usage_error);
   EXPECT_EQ(gpuguard::torch::current_state(), gpuguard::torch::state::swapped_in);
-  if (!has_gpu()) {
-    // Without a GPU a CUDA tensor still fails PyTorch's way, through gpuguard's allocator.
-    EXPECT_THROW(static_cast<void>(torch::zeros({4}, torch::kCUDA)), c10::Error);
-  }
+  // Without a GPU a CUDA tensor still fails PyTorch's way, through gpuguard's allocator.
+  ASSERT_FALSE(has_gpu()) << "run it with CUDA_VISIBLE_DEVICES=-1, as ctest does";
+  EXPECT_THROW(static_cast<void>(torch::zeros({4}, torch::kCUDA)), c10::Error);
 }
 
 TEST(torch_adapter, install_after_cuda_initialised_is_refused_and_changes_nothing) {
-  if (has_gpu()) {
-    static_cast<void>(torch::zeros({1}, torch::kCUDA));  // the ordinary way to be too late
-  } else {
-    // No GPU to initialise: PyTorch's own initialisation call, which sets its allocator up for one
-    // device before it finds there is no driver.
-    try { alloc::init(1); } catch (const c10::Error&) {}
-  }
+  // No GPU to initialise: PyTorch's own initialisation call, which sets its allocator up for one
+  // device before it finds there is no device. (On a GPU, the first CUDA tensor does the same.)
+  try { alloc::init(1); } catch (const c10::Error&) {}
   ASSERT_TRUE(alloc::get()->initialized());
   EXPECT_FALSE(gpuguard::torch::can_install_allocator());
   try {

@@ -38,33 +38,45 @@ struct small_cnn : torch::nn::Module {
   torch::nn::Linear fc;
 };
 
-std::uint64_t torch_allocated() {
+gpuguard::torch::torch_memory torch_figures() {
   gpuguard::torch::torch_memory m;
   EXPECT_TRUE(gpuguard::torch::memory(device, m));
-  return m.allocated;
+  return m;
 }
+std::uint64_t torch_allocated() { return torch_figures().allocated; }
+// What live tensors asked for: the figure observe mode's ledger equals (docs/torch.md).
+std::uint64_t torch_requested() { return torch_figures().requested; }
 
 std::uint64_t ledger_live() { return gpuguard::device_counters(device).current_bytes; }
 
 class torch_gpu : public gpuguard_test::gpu_test {};
 
-TEST_F(torch_gpu, observe_ledger_equals_torch_allocated_at_every_checkpoint_of_training) {
+// The ledger records the sizes tensors ask for: byte for byte PyTorch's requested bytes, and never
+// more than its allocated bytes (the same requests rounded up to PyTorch's 512-byte blocks).
+void expect_ledger_matches_torch(const std::string& where) {
+  const gpuguard::torch::torch_memory m = torch_figures();
+  EXPECT_EQ(ledger_live(), m.requested) << "requested bytes, " << where;
+  EXPECT_LE(ledger_live(), m.allocated) << "allocated bytes, " << where;
+}
+
+TEST_F(torch_gpu, observe_ledger_equals_torch_requested_at_every_checkpoint_of_training) {
   gpuguard::torch::observe();
   torch::manual_seed(0);
   auto model = std::make_shared<small_cnn>();
   model->to(torch::kCUDA);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-  EXPECT_EQ(ledger_live(), torch_allocated()) << "after the model moved to the GPU";
+  expect_ledger_matches_torch("after the model moved to the GPU");
+  EXPECT_LT(ledger_live(), torch_allocated()) << "the model's odd-sized biases are rounded up by PyTorch";
   for (int step = 0; step < 5; ++step) {
     auto x = torch::randn({64, 3, 32, 32}, torch::kCUDA);
-    auto y = torch::randint(0, 10, {64}, torch::kCUDA);
+    auto y = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
     optimizer.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-    EXPECT_EQ(ledger_live(), torch_allocated()) << "after forward, step " << step;
+    expect_ledger_matches_torch("after forward, step " + std::to_string(step));
     loss.backward();
-    EXPECT_EQ(ledger_live(), torch_allocated()) << "after backward, step " << step;
+    expect_ledger_matches_torch("after backward, step " + std::to_string(step));
     optimizer.step();
-    EXPECT_EQ(ledger_live(), torch_allocated()) << "after the optimizer step, step " << step;
+    expect_ledger_matches_torch("after the optimizer step, step " + std::to_string(step));
   }
   EXPECT_GT(ledger_live(), 0U);
   const gpuguard::torch::cache_counters cache = gpuguard::torch::cache(device);
@@ -77,7 +89,7 @@ TEST_F(torch_gpu, observe_ledger_equals_torch_allocated_at_every_checkpoint_of_t
 TEST_F(torch_gpu, observe_keeps_torchs_own_statistics_and_snapshot_working) {
   auto before_attach = torch::empty({4 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
   gpuguard::torch::observe();
-  EXPECT_EQ(ledger_live(), torch_allocated()) << "the tensor from before the attach was entered from a snapshot";
+  EXPECT_EQ(ledger_live(), torch_requested()) << "the tensor from before the attach was entered from a snapshot";
   auto t = torch::empty({8 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   EXPECT_EQ(stats.allocated_bytes[0].current, static_cast<std::int64_t>(12 * mib));
@@ -86,7 +98,7 @@ TEST_F(torch_gpu, observe_keeps_torchs_own_statistics_and_snapshot_working) {
   for (const auto& segment : snap.segments) { allocated += segment.allocated_size; }
   EXPECT_EQ(allocated, static_cast<std::size_t>(12 * mib));
   before_attach.reset();
-  EXPECT_EQ(ledger_live(), torch_allocated());
+  EXPECT_EQ(ledger_live(), torch_requested());
   EXPECT_EQ(c10::cuda::CUDACachingAllocator::get()->name(), "native");
 }
 
@@ -108,14 +120,19 @@ TEST_F(torch_gpu, observe_names_a_leaked_tensor_with_its_site) {
   x.reset();
   const gpuguard::leak_report live = gpuguard::collect_leaks();
   bool named = false;
+  std::string seen;  // what the sites' frames were, for the failure message
   for (const gpuguard::leak_site& site : live.sites) {
+    seen += "site of " + std::to_string(site.bytes) + " bytes:\n";
     for (const gpuguard::frame_info& frame : site.frames) {
-      if (frame.function.find("remember_activations_by_mistake") != std::string::npos && site.bytes >= 4U * mib) {
-        named = true;
-      }
+      seen += "  " + frame.function + " " + frame.file + ":" + std::to_string(frame.line) + "\n";
+    }
+    // The site's first frame is the user's line, not one inside ATen, c10 or gpuguard.
+    if (!site.frames.empty() && site.bytes >= 4U * mib &&
+        site.frames.front().function.find("remember_activations_by_mistake") != std::string::npos) {
+      named = true;
     }
   }
-  EXPECT_TRUE(named) << "no live site names remember_activations_by_mistake";
+  EXPECT_TRUE(named) << "no live site begins with remember_activations_by_mistake; the sites:\n" << seen;
   kept_by_mistake.clear();
 }
 
@@ -123,6 +140,9 @@ TEST_F(torch_gpu, observe_exception_in_forward_leaves_allocated_memory_where_it_
   gpuguard::torch::observe();
   auto model = std::make_shared<small_cnn>();
   model->to(torch::kCUDA);
+  // The first forward makes what PyTorch keeps for the life of the process (cuDNN and cuBLAS
+  // workspaces); a completed forward first, so the claim is about the forward that throws.
+  static_cast<void>(model->forward(torch::randn({256, 3, 32, 32}, torch::kCUDA)));
   const std::uint64_t start = torch_allocated();
   const std::uint64_t start_ledger = ledger_live();
   try {

@@ -65,6 +65,7 @@ void on_trace(const trace_entry& entry) {
   const int device = entry.device_;  // NOLINT(bugprone-signed-char-misuse): a device index, not a character
   switch (entry.action_) {
     case trace_entry::ALLOC:
+      // size_ is the size the tensor asked for (PyTorch's requested_bytes), not its rounded block.
       record_allocation(allocation_event{reinterpret_cast<const void*>(entry.addr_), entry.size_, device,  // NOLINT(performance-no-int-to-ptr)
                                          static_cast<cudaStream_t>(entry.stream_), memory_kind::device});
       break;
@@ -99,7 +100,8 @@ void on_out_of_memory(std::int64_t device, std::size_t requested, std::size_t to
 }
 
 // The tensors that existed before the attach, from an allocator snapshot: each allocated block of
-// each segment, at the segment's address plus the sizes of the blocks before it.
+// each segment, at the segment's address plus the sizes of the blocks before it, recorded with the
+// size its tensor asked for (as the trace tracker's ALLOC entries are).
 void enter_existing_tensors() {
   const alloc::SnapshotInfo snap = alloc::snapshot({0, 0}, /*include_traces=*/false);
   const scoped_tag before("torch: before gpuguard attached");
@@ -108,7 +110,7 @@ void enter_existing_tensors() {
     std::size_t offset = 0;
     for (const auto& block : segment.blocks) {
       if (block.allocated) {
-        record_allocation(allocation_event{reinterpret_cast<const void*>(segment.address + offset), block.size,  // NOLINT(performance-no-int-to-ptr)
+        record_allocation(allocation_event{reinterpret_cast<const void*>(segment.address + offset), block.requested_size,  // NOLINT(performance-no-int-to-ptr)
                                            segment.device, static_cast<cudaStream_t>(segment.stream),
                                            memory_kind::device});
       }
@@ -232,6 +234,7 @@ bool memory(int device, torch_memory& out) noexcept {
     }
     const auto stats = current->getDeviceStats(static_cast<::c10::DeviceIndex>(device));
     constexpr auto all = static_cast<std::size_t>(::c10::CachingAllocator::StatType::AGGREGATE);
+    out.requested = static_cast<std::uint64_t>(stats.requested_bytes[all].current);
     out.allocated = static_cast<std::uint64_t>(stats.allocated_bytes[all].current);
     out.reserved = static_cast<std::uint64_t>(stats.reserved_bytes[all].current);
     return true;

@@ -84,9 +84,16 @@ struct cache_counters {
 /// Observe mode's figures for `device` (all zero before observe(), or for a device never seen).
 [[nodiscard]] cache_counters cache(int device) noexcept;
 
-/// PyTorch's own figures for `device`: allocated (live tensors) and reserved bytes, from its
-/// allocator's statistics. False when the allocator cannot say (CUDA not initialised).
+/// PyTorch's own figures for `device`, from its allocator's statistics. False when the allocator
+/// cannot say (CUDA not initialised).
+///
+/// `requested` is what the live tensors asked for (`torch.cuda.memory_stats()
+/// ["requested_bytes.all.current"]`); it is the figure observe mode's ledger equals, byte for byte,
+/// because the ledger records the sizes programs ask for. `allocated` is what PyTorch's blocks hold
+/// for them (`torch.cuda.memory_allocated()`): each request rounded up to 512 bytes, and more where
+/// the cache hands out a block it did not split, so it is at least `requested`.
 struct torch_memory {
+  std::uint64_t requested = 0;
   std::uint64_t allocated = 0;
   std::uint64_t reserved = 0;
 };
