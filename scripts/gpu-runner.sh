@@ -12,7 +12,9 @@
 #   all      every slice above, after building everything; also checks that every test labelled
 #            gpu belongs to a slice
 # Logs and results go to $OUT (default ./gpu-runner-out); the build to $GPUGUARD_GPU_BUILD
-# (default ./build-gpu, which the device tool keeps between calls while its machine is warm).
+# (default ./build-gpu, which the device tool keeps between calls while its machine is warm). The
+# benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3) and the LibTorch step-time
+# comparison GPUGUARD_BENCH_ROUNDS rounds (default 3), so that the slice fits its two minutes.
 # docs/testing.md says which slice to run after which change, and what each costs on the H200.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,10 +146,10 @@ for s in "${slices[@]}"; do
       ;;
     bench)
       step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
-        --bench "$build/benchmarks/gpuguard_ops_bench" \
+        --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
       if [ -x "$build/examples/torch_cnn" ]; then
-        step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
+        step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
           --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
       else
         summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
