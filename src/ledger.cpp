@@ -359,7 +359,7 @@ namespace {
 site_id capture_site_now() noexcept {
   std::array<void*, detail::max_stack_depth> frames{};
   const std::size_t depth = state().stack_depth.load(std::memory_order_relaxed);
-  const std::size_t count = detail::capture_frames(frames.data(), depth);
+  const std::size_t count = detail::capture_caller_frames(frames.data(), depth);
   return detail::intern_site(frames.data(), count);
 }
 

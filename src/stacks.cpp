@@ -5,10 +5,13 @@
 #include <boost/stacktrace/frame.hpp>
 #include <boost/stacktrace/safe_dump_to.hpp>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <link.h>
 #include <map>
 #include <unistd.h>
 #include <cstdint>
@@ -90,6 +93,40 @@ std::size_t capture_frames(void** frames, std::size_t depth) noexcept {
                                                           (wanted + 1) * sizeof(void*));
   const std::size_t count = got < wanted ? got : wanted;
   std::memcpy(frames, buffer.data(), count * sizeof(void*));
+  return count;
+}
+
+namespace {
+
+// The code of modules whose frames a capture passes over at its innermost end. Written under a
+// mutex, published by the count; never shrinks, so a capture reads it without a lock.
+struct code_range {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+constexpr std::size_t max_skipped_ranges = 64;
+std::array<code_range, max_skipped_ranges> skipped_ranges;
+std::atomic<std::size_t> skipped_count{0};
+
+bool in_skipped_module(const void* address, std::size_t count) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (a >= skipped_ranges[i].begin && a < skipped_ranges[i].end) { return true; }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept {
+  const std::size_t ranges = skipped_count.load(std::memory_order_acquire);
+  if (ranges == 0) { return capture_frames(frames, depth); }
+  std::array<void*, max_stack_depth> all{};
+  const std::size_t got = capture_frames(all.data(), max_stack_depth);
+  std::size_t first = 0;
+  while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
+  const std::size_t count = std::min(got - first, depth);
+  std::memcpy(frames, all.data() + first, count * sizeof(void*));
   return count;
 }
 
@@ -242,3 +279,39 @@ std::vector<frame_info> resolve_frames(const std::vector<void*>& frames) {
 const char* stack_backend() noexcept { return GPUGUARD_STACKTRACE_BACKEND; }
 
 }  // namespace gpuguard::detail
+
+namespace gpuguard {
+
+std::size_t skip_frames_in_modules(std::string_view name_part) noexcept {
+  struct search {
+    std::string_view name_part;
+    std::size_t added = 0;
+  } found{name_part};
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t /*size*/, void* data) -> int {
+        auto& s = *static_cast<search*>(data);
+        const std::string_view name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        if (name.empty() || name.find(s.name_part) == std::string_view::npos) { return 0; }
+        for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) { continue; }
+          const detail::code_range range{info->dlpi_addr + segment.p_vaddr, info->dlpi_addr + segment.p_vaddr + segment.p_memsz};
+          const std::size_t count = detail::skipped_count.load(std::memory_order_relaxed);
+          bool known = false;
+          for (std::size_t k = 0; k < count; ++k) {
+            known = known || (detail::skipped_ranges[k].begin == range.begin && detail::skipped_ranges[k].end == range.end);
+          }
+          if (known || count == detail::max_skipped_ranges) { continue; }
+          detail::skipped_ranges[count] = range;
+          detail::skipped_count.store(count + 1, std::memory_order_release);
+          ++s.added;
+        }
+        return 0;
+      },
+      &found);
+  return found.added;
+}
+
+}  // namespace gpuguard

@@ -15,6 +15,11 @@ inline constexpr std::size_t max_stack_depth = 64;
 /// Returns how many were written (at most `depth`).
 std::size_t capture_frames(void** frames, std::size_t depth) noexcept;
 
+/// Like capture_frames, but first passes over the innermost frames that lie in modules marked with
+/// skip_frames_in_modules (a framework's allocator and dispatcher), so that `depth` frames are spent
+/// on the code that asked for the memory. No allocation, no locks.
+std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept;
+
 /// The site for these frames: the same frames always give the same id. Allocates only the first
 /// time a stack is seen. Returns no_site if interning fails (out of memory).
 site_id intern_site(void* const* frames, std::size_t count) noexcept;

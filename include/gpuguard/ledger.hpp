@@ -157,6 +157,16 @@ GPUGUARD_API std::string tag_name(tag_id tag);
 GPUGUARD_API tag_id current_tag() noexcept;
 GPUGUARD_API void set_current_tag(tag_id tag) noexcept;
 
+/**
+ * Marks the code of the loaded shared objects whose file name contains `name_part` (such as
+ * "libtorch" or "libc10") as lying between an allocation and the code that asked for it: stacks
+ * captured from now on pass over such frames at their innermost end, so that `stack_depth` frames
+ * are spent on the caller's code. A framework's adapter calls it (the LibTorch adapter does, for
+ * PyTorch's libraries and gpuguard's own). Returns how many code segments were added. Not for the
+ * hot path: it walks the loaded modules.
+ */
+GPUGUARD_API std::size_t skip_frames_in_modules(std::string_view name_part) noexcept;
+
 /// The frames of a site, resolved to function, file and line (slow: for reports only). Frames
 /// inside gpuguard itself are dropped from the front.
 GPUGUARD_API std::vector<frame_info> resolve_site(site_id site);

@@ -3,9 +3,13 @@
 // (gtest_discover_tests), since the adapter's choices are for the life of the process. ctest runs
 // them with CUDA_VISIBLE_DEVICES=-1 (tests/torch/CMakeLists.txt), so they see no GPU and run the
 // same on a machine that has one.
+#include <gpuguard/ledger.hpp>
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/torch.hpp>
+#include <gpuguard/tracking.hpp>
+
+#include "cpu_allocator_spy.hpp"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -14,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -117,6 +122,45 @@ TEST(torch_adapter, swap_in_statistics_come_from_the_ledger_and_unsupported_call
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("memory_snapshot"), std::string::npos);
   }
+}
+
+// A site begins at the user's line however deep PyTorch's dispatcher is: frames in PyTorch's and
+// gpuguard's libraries are passed over at capture (so the default stack_depth of 16 is spent on the
+// caller), and PyTorch's inline API compiled into the program (at::Tensor::mul) at resolution. On
+// the CPU, PyTorch's CPU allocator is recorded by a spy in a library of its own, as observe mode's
+// tracker records the CUDA allocator from the adapter's library; the GPU test goes through observe.
+// NOLINTNEXTLINE(cert-err58-cpp)
+std::vector<torch::Tensor> kept_by_mistake;
+
+__attribute__((noinline)) void remember_activations_by_mistake(const torch::Tensor& x) {
+  kept_by_mistake.push_back(x * 2);  // the bug: a reference kept past its step
+}
+
+TEST(torch_stacks, a_site_begins_at_the_users_line_past_pytorchs_frames) {
+  gpuguard::options opts;
+  opts.stacks = gpuguard::stack_mode::all;
+  ASSERT_EQ(opts.stack_depth, 16U) << "the default depth is the one that must suffice";
+  gpuguard::configure_ledger(opts);
+  std::size_t segments = 0;
+  for (const char* library : {"libc10", "libtorch", "libgpuguard"}) { segments += gpuguard::skip_frames_in_modules(library); }
+  EXPECT_GE(segments, 3U) << "PyTorch's and gpuguard's libraries are loaded: their code segments are found";
+  EXPECT_EQ(gpuguard::skip_frames_in_modules("libc10"), 0U) << "a second call adds nothing";
+
+  const auto x = torch::ones({256, 256});
+  gpuguard_test::record_cpu_allocations(true);
+  remember_activations_by_mistake(x);
+  gpuguard_test::record_cpu_allocations(false);
+
+  bool named = false;
+  std::string seen;
+  for (const gpuguard::leak_site& site : gpuguard::collect_leaks().sites) {
+    seen += "site of " + std::to_string(site.bytes) + " bytes:\n";
+    for (const gpuguard::frame_info& frame : site.frames) { seen += "  " + frame.function + "\n"; }
+    named = named || (site.bytes >= 256U * 256U * sizeof(float) && !site.frames.empty() &&
+                      site.frames.front().function.find("remember_activations_by_mistake") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << "no site of the kept tensor begins with remember_activations_by_mistake; the sites:\n" << seen;
+  kept_by_mistake.clear();
 }
 
 }  // namespace

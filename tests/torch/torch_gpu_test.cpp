@@ -110,11 +110,11 @@ __attribute__((noinline)) void remember_activations_by_mistake(const torch::Tens
 }
 
 TEST_F(torch_gpu, observe_names_a_leaked_tensor_with_its_site) {
+  // As GPUGUARD_OPTIONS=stacks=all would: the default stack_depth (16) must reach the user's line.
   gpuguard::options opts;
   opts.stacks = gpuguard::stack_mode::all;
-  opts.stack_depth = 64;
-  gpuguard::configure_ledger(opts);
-  gpuguard::torch::observe();
+  opts.torch = gpuguard::torch_mode::observe;
+  gpuguard::torch::enable(opts);
   auto x = torch::ones({1024, 1024}, torch::kCUDA);  // 4 MiB of floats
   remember_activations_by_mistake(x);
   x.reset();

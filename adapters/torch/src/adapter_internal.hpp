@@ -21,8 +21,10 @@ bool probe(int device, framework_memory& out) noexcept;
 
 void count_out_of_memory(int device) noexcept;
 
-/// Registers (once) the cleanup that frees PyTorch's cuBLAS workspaces before the exit report.
-void release_workspaces_before_the_report();
+/// What every way into the adapter does once for the reports: registers the cleanup that frees
+/// PyTorch's cuBLAS workspaces before the exit report, and marks PyTorch's libraries and gpuguard's
+/// as frames that allocation stacks pass over, so that a site begins in the user's code.
+void prepare_reports();
 
 /// The swap-in allocation: cudaMallocAsync on `stream` through gpuguard's tracking, on `device`
 /// (made current for the call). Throws c10::OutOfMemoryError when the device is full (with

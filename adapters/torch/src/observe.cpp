@@ -133,11 +133,15 @@ std::atomic<state>& adapter_state() noexcept {
   return current;
 }
 
-void release_workspaces_before_the_report() {
-  // PyTorch keeps a cuBLAS workspace per handle and stream for the life of the process, allocated
-  // through its CUDA allocator: without this, every program's leak report would list them.
+void prepare_reports() {
   static const bool registered = [] {
+    // PyTorch keeps a cuBLAS workspace per handle and stream for the life of the process, allocated
+    // through its CUDA allocator: without this, every program's leak report would list them.
     register_cleanup("torch: release cuBLAS workspaces", [] { ::at::cuda::clearCublasWorkspaces(); }).keep();
+    // From a tensor operation to the allocator lie thirty frames or so of PyTorch's dispatcher,
+    // operators and caching allocator, then gpuguard's: without this, stack_depth would be spent
+    // on them and the site would never reach the user's line.
+    for (const char* library : {"libc10", "libtorch", "libgpuguard"}) { skip_frames_in_modules(library); }
     return true;
   }();
   static_cast<void>(registered);
@@ -197,7 +201,7 @@ void observe() {
   alloc::attachAllocatorTraceTracker(on_trace);
   alloc::attachOutOfMemoryObserver(on_out_of_memory);
   set_framework_probe(detail::probe, "torch");
-  detail::release_workspaces_before_the_report();
+  detail::prepare_reports();
   detail::adapter_state().store(state::observing, std::memory_order_release);
 }
 

@@ -17,7 +17,7 @@ namespace {
 // Loading the library is the user's "swap in" step: the ledger's report and outputs start here.
 __attribute__((constructor)) void start() {
   gpuguard::enable_ledger_reporting(gpuguard::process_options());
-  gpuguard::torch::detail::release_workspaces_before_the_report();
+  gpuguard::torch::detail::prepare_reports();
 }
 
 }  // namespace

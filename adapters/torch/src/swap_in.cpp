@@ -242,7 +242,7 @@ void install_allocator() {
   installed() = std::move(allocator);
   enable_ledger_reporting(process_options());
   set_framework_probe(detail::probe, "torch");
-  detail::release_workspaces_before_the_report();
+  detail::prepare_reports();
   detail::adapter_state().store(state::swapped_in, std::memory_order_release);
 }
 
