@@ -10,6 +10,7 @@
 #include <gpuguard/tracking.hpp>
 
 #include "cpu_allocator_spy.hpp"
+#include "leak_site.hpp"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -129,13 +130,6 @@ TEST(torch_adapter, swap_in_statistics_come_from_the_ledger_and_unsupported_call
 // caller), and PyTorch's inline API compiled into the program (at::Tensor::mul) at resolution. On
 // the CPU, PyTorch's CPU allocator is recorded by a spy in a library of its own, as observe mode's
 // tracker records the CUDA allocator from the adapter's library; the GPU test goes through observe.
-// NOLINTNEXTLINE(cert-err58-cpp)
-std::vector<torch::Tensor> kept_by_mistake;
-
-__attribute__((noinline)) void remember_activations_by_mistake(const torch::Tensor& x) {
-  kept_by_mistake.push_back(x * 2);  // the bug: a reference kept past its step
-}
-
 TEST(torch_stacks, a_site_begins_at_the_users_line_past_pytorchs_frames) {
   gpuguard::options opts;
   opts.stacks = gpuguard::stack_mode::all;
@@ -148,19 +142,10 @@ TEST(torch_stacks, a_site_begins_at_the_users_line_past_pytorchs_frames) {
 
   const auto x = torch::ones({256, 256});
   gpuguard_test::record_cpu_allocations(true);
-  remember_activations_by_mistake(x);
+  gpuguard_test::remember_activations_by_mistake(x);
   gpuguard_test::record_cpu_allocations(false);
-
-  bool named = false;
-  std::string seen;
-  for (const gpuguard::leak_site& site : gpuguard::collect_leaks().sites) {
-    seen += "site of " + std::to_string(site.bytes) + " bytes:\n";
-    for (const gpuguard::frame_info& frame : site.frames) { seen += "  " + frame.function + "\n"; }
-    named = named || (site.bytes >= 256U * 256U * sizeof(float) && !site.frames.empty() &&
-                      site.frames.front().function.find("remember_activations_by_mistake") != std::string::npos);
-  }
-  EXPECT_TRUE(named) << "no site of the kept tensor begins with remember_activations_by_mistake; the sites:\n" << seen;
-  kept_by_mistake.clear();
+  EXPECT_TRUE(gpuguard_test::a_site_begins_with("remember_activations_by_mistake", sizeof(float) * 256 * 256));
+  gpuguard_test::kept_by_mistake().clear();
 }
 
 }  // namespace

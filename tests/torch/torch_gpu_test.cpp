@@ -6,6 +6,7 @@
 #include <gpuguard/torch.hpp>
 
 #include "gpu_test.hpp"
+#include "leak_site.hpp"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -102,13 +103,6 @@ TEST_F(torch_gpu, observe_keeps_torchs_own_statistics_and_snapshot_working) {
   EXPECT_EQ(c10::cuda::CUDACachingAllocator::get()->name(), "native");
 }
 
-// NOLINTNEXTLINE(cert-err58-cpp)
-std::vector<torch::Tensor> kept_by_mistake;
-
-__attribute__((noinline)) void remember_activations_by_mistake(const torch::Tensor& x) {
-  kept_by_mistake.push_back(x * 2);  // the bug: a reference kept past its step
-}
-
 TEST_F(torch_gpu, observe_names_a_leaked_tensor_with_its_site) {
   // As GPUGUARD_OPTIONS=stacks=all would: the default stack_depth (16) must reach the user's line.
   gpuguard::options opts;
@@ -116,24 +110,10 @@ TEST_F(torch_gpu, observe_names_a_leaked_tensor_with_its_site) {
   opts.torch = gpuguard::torch_mode::observe;
   gpuguard::torch::enable(opts);
   auto x = torch::ones({1024, 1024}, torch::kCUDA);  // 4 MiB of floats
-  remember_activations_by_mistake(x);
+  gpuguard_test::remember_activations_by_mistake(x);
   x.reset();
-  const gpuguard::leak_report live = gpuguard::collect_leaks();
-  bool named = false;
-  std::string seen;  // what the sites' frames were, for the failure message
-  for (const gpuguard::leak_site& site : live.sites) {
-    seen += "site of " + std::to_string(site.bytes) + " bytes:\n";
-    for (const gpuguard::frame_info& frame : site.frames) {
-      seen += "  " + frame.function + " " + frame.file + ":" + std::to_string(frame.line) + "\n";
-    }
-    // The site's first frame is the user's line, not one inside ATen, c10 or gpuguard.
-    if (!site.frames.empty() && site.bytes >= 4U * mib &&
-        site.frames.front().function.find("remember_activations_by_mistake") != std::string::npos) {
-      named = true;
-    }
-  }
-  EXPECT_TRUE(named) << "no live site begins with remember_activations_by_mistake; the sites:\n" << seen;
-  kept_by_mistake.clear();
+  EXPECT_TRUE(gpuguard_test::a_site_begins_with("remember_activations_by_mistake", 4U * mib));
+  gpuguard_test::kept_by_mistake().clear();
 }
 
 TEST_F(torch_gpu, observe_exception_in_forward_leaves_allocated_memory_where_it_started) {
