@@ -292,7 +292,9 @@ std::size_t skip_frames_in_modules(std::string_view name_part) noexcept {
   ::dl_iterate_phdr(
       [](dl_phdr_info* info, std::size_t /*size*/, void* data) -> int {
         auto& s = *static_cast<search*>(data);
-        const std::string_view name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        // The file's name, not its folders': /opt/libtorch/lib/libmodel.so is not PyTorch's.
+        std::string_view name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        name.remove_prefix(name.find_last_of('/') == std::string_view::npos ? 0 : name.find_last_of('/') + 1);
         if (name.empty() || name.find(s.name_part) == std::string_view::npos) { return 0; }
         for (std::size_t i = 0; i < info->dlpi_phnum; ++i) {
           const ElfW(Phdr)& segment = info->dlpi_phdr[i];

@@ -158,8 +158,8 @@ GPUGUARD_API tag_id current_tag() noexcept;
 GPUGUARD_API void set_current_tag(tag_id tag) noexcept;
 
 /**
- * Marks the code of the loaded shared objects whose file name contains `name_part` (such as
- * "libtorch" or "libc10") as lying between an allocation and the code that asked for it: stacks
+ * Marks the code of the loaded shared objects whose file name (not its folders) contains `name_part`
+ * (such as "libtorch" or "libc10") as lying between an allocation and the code that asked for it: stacks
  * captured from now on pass over such frames at their innermost end, so that `stack_depth` frames
  * are spent on the caller's code. A framework's adapter calls it (the LibTorch adapter does, for
  * PyTorch's libraries and gpuguard's own). Returns how many code segments were added. Not for the
