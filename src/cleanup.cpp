@@ -14,8 +14,11 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <vector>
+
+#include <pthread.h>
 
 namespace gpuguard {
 
@@ -37,6 +40,15 @@ struct registry {
 registry& cleanups() {
   static auto* r = new registry();  // exit paths use it after ordinary statics are gone
   return *r;
+}
+
+void forget_parent_cleanups_in_forked_child() noexcept;
+
+// Registers (once) what a child made by fork() does with the parent's cleanups.
+void watch_forks() noexcept {
+  static const bool registered =
+      ::pthread_atfork(nullptr, nullptr, forget_parent_cleanups_in_forked_child) == 0;
+  static_cast<void>(registered);
 }
 
 // ---- signal-safe slots --------------------------------------------------------------------------
@@ -96,6 +108,18 @@ bool take_ordinary(entry& out, int at_least) {
   return true;
 }
 
+// In a child made by fork() the parent's cleanups are the parent's: they free its memory, end
+// its servers, write its checkpoints. The child starts with none (it may register its own). The
+// entries are dropped without being destroyed (what they captured is the parent's too, and its
+// destructors could act on it), and the lock is made anew: another thread may have held it at the
+// fork.
+void forget_parent_cleanups_in_forked_child() noexcept {
+  registry& r = cleanups();
+  new (&r.mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
+  new (&r.entries) std::vector<entry>();  // NOLINT(cppcoreguidelines-owning-memory): the old buffer is left alone
+  for (safe_slot& slot : safe_table) { slot.state.store(slot_free, std::memory_order_relaxed); }
+}
+
 }  // namespace
 
 void cleanup_handle::reset() noexcept {
@@ -129,6 +153,7 @@ bool cleanup_handle::pending() const noexcept {
 }
 
 cleanup_handle register_cleanup(std::string name, std::function<void()> fn, int priority) {
+  watch_forks();
   registry& r = cleanups();
   const std::lock_guard<std::mutex> lock(r.mutex);
   const std::uint64_t id = r.next_id++;
@@ -137,6 +162,7 @@ cleanup_handle register_cleanup(std::string name, std::function<void()> fn, int 
 }
 
 cleanup_handle register_signal_safe_cleanup(const char* name, signal_safe_cleanup fn, void* context, int priority) {
+  watch_forks();
   for (std::size_t i = 0; i < safe_table.size(); ++i) {
     safe_slot& slot = safe_table[i];
     int expected = slot_free;

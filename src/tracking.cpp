@@ -23,6 +23,8 @@
 #include <mutex>
 #include <tuple>
 #include <utility>
+
+#include <pthread.h>
 #include <unistd.h>
 
 namespace gpuguard {
@@ -48,11 +50,20 @@ tracking_state& tracking() {
 
 std::atomic<bool> exit_report_done{false};
 
+// True in a child made by fork(): the exit report, like the parent's cleanups and children, is
+// the parent's. A forked worker that exits must not print the parent's report again, nor rewrite
+// its leak_json, nor end with its leak_exitcode.
+std::atomic<bool> forked_child{false};
+
+void note_forked_child() noexcept { forked_child.store(true, std::memory_order_relaxed); }
+
 void exit_handler() { run_exit_report(); }
 
 }  // namespace
 
 void detail::register_exit_report() noexcept {
+  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, note_forked_child) == 0;
+  static_cast<void>(fork_handler);
   if (!exit_report_done.load(std::memory_order_relaxed)) { static_cast<void>(std::atexit(exit_handler)); }
 }
 
@@ -316,12 +327,15 @@ void detail::finish_run(const char* reason, bool normal_exit) noexcept {
       enabled = st.enabled || st.reporting;
       return enabled ? st.opts : process_options();
     }();
+    // In a forked child only its own cleanups and children are left (the parent's were forgotten
+    // at the fork), and the leak report is the parent's.
+    const bool report_leaks = enabled && !forked_child.load(std::memory_order_relaxed);
     // Scopes alone (no tracking) still get their log's end lines, but no leak report on stderr.
-    if (!enabled && !outputs_running()) { return; }
+    if (!report_leaks && !outputs_running()) { return; }
     std::fflush(stdout);  // the program's own output first, then the report
     const leak_report report = collect_leaks(opts.leak_sites);
     detail::stop_outputs_with(reason, &report);
-    if (!enabled) { return; }
+    if (!report_leaks) { return; }
     if (opts.leak_report) { write_leak_text(stderr, report, opts.leak_sites); }
     if (!opts.leak_json.empty()) {
       std::string error;
