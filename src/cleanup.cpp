@@ -67,6 +67,26 @@ struct safe_slot {
   const char* name = "";
 };
 
+// The name of the cleanup run_cleanups is running, for the exit watchdog: a copy, so the watchdog
+// never reads a name that is being freed.
+struct running_name {
+  std::mutex mutex;
+  std::array<char, 128> text{};
+};
+
+running_name& running() {
+  static auto* r = new running_name();  // exit paths use it after ordinary statics are gone
+  return *r;
+}
+
+void set_running(const char* name) noexcept {
+  running_name& r = running();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::size_t n = 0;
+  for (; name != nullptr && name[n] != '\0' && n + 1 < r.text.size(); ++n) { r.text[n] = name[n]; }
+  r.text[n] = '\0';
+}
+
 std::array<safe_slot, safe_slots> safe_table;
 std::atomic<std::uint64_t> safe_sequence{1};
 
@@ -118,6 +138,8 @@ void forget_parent_cleanups_in_forked_child() noexcept {
   new (&r.mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
   new (&r.entries) std::vector<entry>();  // NOLINT(cppcoreguidelines-owning-memory): the old buffer is left alone
   for (safe_slot& slot : safe_table) { slot.state.store(slot_free, std::memory_order_relaxed); }
+  new (&running().mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
+  running().text[0] = '\0';
 }
 
 }  // namespace
@@ -188,10 +210,13 @@ std::size_t run_cleanups(const char* reason) noexcept {
     const int floor = safe != nullptr ? safe->priority : INT_MIN;
     if (!take_ordinary(next, floor)) {
       if (safe == nullptr) { break; }
+      set_running(safe->name);
       ran += run_safe(*safe) ? 1 : 0;
+      set_running("");
       continue;
     }
     ++ran;
+    set_running(next.name.c_str());
     try {
       if (next.fn) { next.fn(); }
     } catch (const std::exception& error) {
@@ -202,7 +227,17 @@ std::size_t run_cleanups(const char* reason) noexcept {
                    "cleanups still run\n", next.name.c_str(), reason);
     }
   }
+  set_running("");
   return ran;
+}
+
+void detail::running_cleanup_name(char* out, std::size_t size) noexcept {
+  if (size == 0) { return; }
+  running_name& r = running();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::size_t n = 0;
+  for (; r.text[n] != '\0' && n + 1 < size; ++n) { out[n] = r.text[n]; }
+  out[n] = '\0';
 }
 
 void detail::run_signal_safe_cleanups() noexcept {

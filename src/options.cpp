@@ -216,6 +216,7 @@ constexpr key_entry keys[] = {
     make_key<integer_key<&options::queue_capacity, 64, 16777216>>("queue_capacity", "events the output queue holds before it drops"),
     make_key<bool_key<&options::hooks>>("hooks", "enable_tracking installs the exit-path hooks (terminate, signals, crashes)"),
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
+    make_key<integer_key<&options::cleanup_timeout, 0, 86400>>("cleanup_timeout", "seconds the exit work (cleanups, report) may take before the process is ended; 0 = no limit"),
     make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
 };
 

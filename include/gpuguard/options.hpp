@@ -68,6 +68,7 @@ struct options {
   // Exit paths (docs/hooks.md).
   bool hooks = true;                     ///< key `hooks`: enable_tracking installs the exit-path hooks
   std::string crash_file;                ///< key `crash_file`: crash record path, besides stderr ("" = stderr only)
+  std::uint32_t cleanup_timeout = 30;    ///< key `cleanup_timeout`: seconds the exit work may take before the process is ended (0 = no limit; 0..86400)
 
   // LibTorch adapter (docs/torch.md).
   torch_mode torch = torch_mode::observe;  ///< key `torch`: observe | swap_in | off, for gpuguard::torch::enable()

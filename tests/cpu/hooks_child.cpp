@@ -264,6 +264,18 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     ready();
     return 0;
   }
+  if (mode == "hung_cleanup") {
+    // A cleanup that never returns (a checkpoint to a hung file server); argv[3] says how the
+    // process ends: "exit" (status 7), "signal" (waits for one) or "throw".
+    gpuguard::register_cleanup("stuck checkpoint", [] {
+      mark("stuck:start\n");
+      for (;;) { ::pause(); }
+    }, 10).keep();
+    ready();
+    if (arg == "exit") { return 7; }
+    if (arg == "throw") { throw std::runtime_error("the loss went NaN"); }
+    wait_for_signal();
+  }
   if (mode == "children") {
     // A child in its own group that would outlive us: the exit paths end it.
     static gpuguard::child_process child = gpuguard::spawn({"sleep", "1000"});

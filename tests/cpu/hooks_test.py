@@ -348,6 +348,31 @@ for how in ("exit", "crash"):
     if alive(helper):
         os.kill(helper, signal.SIGKILL)
 
+# ---- a hung cleanup is cut off after cleanup_timeout, and the status is kept ----------------------
+for how, expected in (("exit", 7), ("signal", -signal.SIGTERM), ("throw", -signal.SIGABRT)):
+    run = Run("hung_cleanup", how, options="cleanup_timeout=1")
+    if how == "signal":
+        run.send(signal.SIGTERM)
+    run.finish(timeout=20)
+    what = "hung cleanup, %s" % how
+    check(run.status == expected, "%s: ends with the status it was going to have (%s)" % (what, expected),
+          "status %s\n%s" % (run.status, run.stderr[-3000:]))
+    elapsed = run.ended_at - run.ready_at
+    check(0.8 <= elapsed <= 6.0, "%s: ended about 1 s after the exit work began" % what, elapsed)
+    ending = "with status 7" if how == "exit" else "by signal %d" % -expected
+    check("[gpuguard] cleanup 'stuck checkpoint' did not finish within cleanup_timeout=1 s: ending the process %s"
+          % ending in run.stderr, "%s: says which cleanup hung" % what, run.stderr[-3000:])
+    check(run.markers().count("stuck:start") == 1, "%s: the stuck cleanup had started" % what, run.markers())
+
+# The control: cleanup_timeout=0 waits for ever (the test ends it).
+run = Run("hung_cleanup", "exit", options="cleanup_timeout=0")
+try:
+    run.proc.wait(timeout=2.5)
+    check(False, "cleanup_timeout=0: the process waits for its hung cleanup", run.proc.returncode)
+except subprocess.TimeoutExpired:
+    run.proc.kill()
+run.finish()
+
 # symbolize: bad input gets clear errors.
 bad = subprocess.run([CLI, "symbolize", os.path.join(tmp, "missing.json")], capture_output=True, text=True)
 check(bad.returncode == 1 and "cannot read" in bad.stderr and "missing.json" in bad.stderr, "symbolize: a missing file", bad.stderr)

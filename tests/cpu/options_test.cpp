@@ -60,6 +60,7 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.queue_capacity, defaults.queue_capacity);
   EXPECT_EQ(parsed.values.hooks, defaults.hooks);
   EXPECT_EQ(parsed.values.crash_file, defaults.crash_file);
+  EXPECT_EQ(parsed.values.cleanup_timeout, defaults.cleanup_timeout);
   return parsed.errors.empty() ? std::string() : parsed.errors.front();
 }
 
@@ -100,6 +101,7 @@ TEST(options, defaults) {
   EXPECT_EQ(o.queue_capacity, 16384U);
   EXPECT_TRUE(o.hooks);
   EXPECT_EQ(o.crash_file, "");
+  EXPECT_EQ(o.cleanup_timeout, 30U);
 }
 
 TEST(options, hooks_and_crash_file) {
@@ -107,6 +109,16 @@ TEST(options, hooks_and_crash_file) {
   EXPECT_FALSE(o.hooks);
   EXPECT_EQ(o.crash_file, "/var/tmp/crash-%p.json");
   EXPECT_EQ(one_error("hooks=off"), bad_value("off", "hooks", boolean_expected));
+}
+
+TEST(options, cleanup_timeout) {
+  EXPECT_EQ(parse_ok("cleanup_timeout=0").cleanup_timeout, 0U);
+  EXPECT_EQ(parse_ok("cleanup_timeout=5").cleanup_timeout, 5U);
+  EXPECT_EQ(parse_ok("cleanup_timeout=86400").cleanup_timeout, 86400U);
+  for (const char* bad : {"", "-1", "86401", "1.5", "30s", "4294967296", "99999999999999999999"}) {
+    EXPECT_EQ(one_error(std::string("cleanup_timeout=") + bad),
+              bad_value(bad, "cleanup_timeout", "an integer in 0..86400")) << bad;
+  }
 }
 
 TEST(options, output_paths) {
