@@ -138,8 +138,10 @@ TEST(options, output_integers_and_booleans) {
   EXPECT_EQ(o.queue_capacity, 64U);
   EXPECT_FALSE(o.nvtx);
   EXPECT_TRUE(o.op_device_query);
-  EXPECT_EQ(parse_ok("queue_capacity=16777216").queue_capacity, 16777216U);
-  EXPECT_EQ(one_error("queue_capacity=63"), bad_value("63", "queue_capacity", "an integer in 64..16777216"));
+  EXPECT_EQ(parse_ok("queue_capacity=1048576").queue_capacity, 1048576U);
+  EXPECT_EQ(one_error("queue_capacity=63"), bad_value("63", "queue_capacity", "an integer in 64..1048576"));
+  EXPECT_EQ(one_error("queue_capacity=1048577"), bad_value("1048577", "queue_capacity", "an integer in 64..1048576"));
+  EXPECT_EQ(one_error("queue_capacity=16777216"), bad_value("16777216", "queue_capacity", "an integer in 64..1048576"));
   EXPECT_EQ(one_error("sample_ms=0"), bad_value("0", "sample_ms", "an integer in 1..60000"));
   EXPECT_EQ(one_error("prometheus_interval_ms=99"),
             bad_value("99", "prometheus_interval_ms", "an integer in 100..3600000"));
@@ -153,7 +155,8 @@ TEST(options, alert_fractions) {
   EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=1.0").alert_fraction, 1.0);
   EXPECT_DOUBLE_EQ(parse_ok("alert_hysteresis=0.1").alert_hysteresis, 0.1);
   const std::string expected = "a decimal number in 0..1 (e.g. 0.8)";
-  for (const char* bad : {"", ".5", "1.01", "2", "-0.5", "+0.5", "0,8", "0.8 ", "80%", "1e-1", "nan", "inf", "0x1"}) {
+  for (const char* bad : {"", ".5", "0.", "1.", "0.8.", "0..5", "1.01", "2", "-0.5", "+0.5", "0,8", "0.8 ", "80%",
+                          "1e-1", "nan", "inf", "0x1"}) {
     EXPECT_EQ(one_error(std::string("alert_fraction=") + bad), bad_value(bad, "alert_fraction", expected)) << bad;
   }
   EXPECT_EQ(one_error("alert_hysteresis=big"), bad_value("big", "alert_hysteresis", expected));
