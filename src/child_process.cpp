@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +27,15 @@ namespace {
 constexpr std::size_t max_groups = 256;
 std::array<std::atomic<pid_t>, max_groups> groups{};
 
+// In a child made by fork() the groups are the parent's children, not the child's: its exit paths
+// (a crash above all, which SIGKILLs them) must leave them alone.
+void forget_parent_groups_in_forked_child() noexcept {
+  for (auto& slot : groups) { slot.store(0, std::memory_order_relaxed); }
+}
+
 void add_group(pid_t group) noexcept {
+  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, forget_parent_groups_in_forked_child) == 0;
+  static_cast<void>(fork_handler);
   for (auto& slot : groups) {
     pid_t empty = 0;
     if (slot.compare_exchange_strong(empty, group)) { return; }
@@ -53,7 +62,8 @@ int reap(pid_t pid, bool block) noexcept {
 }  // namespace
 
 child_process::~child_process() {
-  if (pid_ > 0) { static_cast<void>(terminate()); }
+  // A copy made by fork() (a worker's static or stack objects) is not the child's owner.
+  if (pid_ > 0 && ::getpid() == parent_) { static_cast<void>(terminate()); }
 }
 
 int child_process::wait() noexcept {

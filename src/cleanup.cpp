@@ -14,8 +14,11 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <vector>
+
+#include <pthread.h>
 
 namespace gpuguard {
 
@@ -39,6 +42,15 @@ registry& cleanups() {
   return *r;
 }
 
+void forget_parent_cleanups_in_forked_child() noexcept;
+
+// Registers (once) what a child made by fork() does with the parent's cleanups.
+void watch_forks() noexcept {
+  static const bool registered =
+      ::pthread_atfork(nullptr, nullptr, forget_parent_cleanups_in_forked_child) == 0;
+  static_cast<void>(registered);
+}
+
 // ---- signal-safe slots --------------------------------------------------------------------------
 
 constexpr std::size_t safe_slots = 64;
@@ -54,6 +66,26 @@ struct safe_slot {
   int priority = 0;
   const char* name = "";
 };
+
+// The name of the cleanup run_cleanups is running, for the exit watchdog: a copy, so the watchdog
+// never reads a name that is being freed.
+struct running_name {
+  std::mutex mutex;
+  std::array<char, 128> text{};
+};
+
+running_name& running() {
+  static auto* r = new running_name();  // exit paths use it after ordinary statics are gone
+  return *r;
+}
+
+void set_running(const char* name) noexcept {
+  running_name& r = running();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::size_t n = 0;
+  for (; name != nullptr && name[n] != '\0' && n + 1 < r.text.size(); ++n) { r.text[n] = name[n]; }
+  r.text[n] = '\0';
+}
 
 std::array<safe_slot, safe_slots> safe_table;
 std::atomic<std::uint64_t> safe_sequence{1};
@@ -96,6 +128,20 @@ bool take_ordinary(entry& out, int at_least) {
   return true;
 }
 
+// In a child made by fork() the parent's cleanups are the parent's: they free its memory, end
+// its servers, write its checkpoints. The child starts with none (it may register its own). The
+// entries are dropped without being destroyed (what they captured is the parent's too, and its
+// destructors could act on it), and the lock is made anew: another thread may have held it at the
+// fork.
+void forget_parent_cleanups_in_forked_child() noexcept {
+  registry& r = cleanups();
+  new (&r.mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
+  new (&r.entries) std::vector<entry>();  // NOLINT(cppcoreguidelines-owning-memory): the old buffer is left alone
+  for (safe_slot& slot : safe_table) { slot.state.store(slot_free, std::memory_order_relaxed); }
+  new (&running().mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
+  running().text[0] = '\0';
+}
+
 }  // namespace
 
 void cleanup_handle::reset() noexcept {
@@ -129,6 +175,7 @@ bool cleanup_handle::pending() const noexcept {
 }
 
 cleanup_handle register_cleanup(std::string name, std::function<void()> fn, int priority) {
+  watch_forks();
   registry& r = cleanups();
   const std::lock_guard<std::mutex> lock(r.mutex);
   const std::uint64_t id = r.next_id++;
@@ -137,6 +184,7 @@ cleanup_handle register_cleanup(std::string name, std::function<void()> fn, int 
 }
 
 cleanup_handle register_signal_safe_cleanup(const char* name, signal_safe_cleanup fn, void* context, int priority) {
+  watch_forks();
   for (std::size_t i = 0; i < safe_table.size(); ++i) {
     safe_slot& slot = safe_table[i];
     int expected = slot_free;
@@ -162,10 +210,13 @@ std::size_t run_cleanups(const char* reason) noexcept {
     const int floor = safe != nullptr ? safe->priority : INT_MIN;
     if (!take_ordinary(next, floor)) {
       if (safe == nullptr) { break; }
+      set_running(safe->name);
       ran += run_safe(*safe) ? 1 : 0;
+      set_running("");
       continue;
     }
     ++ran;
+    set_running(next.name.c_str());
     try {
       if (next.fn) { next.fn(); }
     } catch (const std::exception& error) {
@@ -176,7 +227,17 @@ std::size_t run_cleanups(const char* reason) noexcept {
                    "cleanups still run\n", next.name.c_str(), reason);
     }
   }
+  set_running("");
   return ran;
+}
+
+void detail::running_cleanup_name(char* out, std::size_t size) noexcept {
+  if (size == 0) { return; }
+  running_name& r = running();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::size_t n = 0;
+  for (; r.text[n] != '\0' && n + 1 < size; ++n) { out[n] = r.text[n]; }
+  out[n] = '\0';
 }
 
 void detail::run_signal_safe_cleanups() noexcept {

@@ -412,7 +412,7 @@ void watcher_main(int read_fd) {
     std::fprintf(stderr, "[gpuguard] %s received: running cleanups and writing the report, then ending by %s\n",
                  signal_name(sig), signal_name(sig));
     const std::string reason = std::string("signal ") + signal_name(sig);
-    detail::finish_run(reason.c_str(), false);
+    detail::finish_run(reason.c_str(), false, sig);
     std::fflush(nullptr);
     restore_previous(sig);
     die_by(sig);
@@ -451,7 +451,7 @@ std::string current_exception_text() {
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): the exit path must go on
     }
-    detail::finish_run("terminate", false);
+    detail::finish_run("terminate", false, SIGABRT);
     std::fflush(nullptr);
   }
   const std::terminate_handler previous = hooks().previous_terminate;
@@ -577,6 +577,8 @@ bool hooks_installed() noexcept {
   const std::lock_guard<std::mutex> lock(st.mutex);
   return st.installed;
 }
+
+void detail::die_by_signal(int sig) noexcept { die_by(sig); }
 
 void detail::discard_unused_crash_file() noexcept {
   hook_state& st = hooks();

@@ -20,6 +20,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <pthread.h>
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <x86intrin.h>
@@ -69,6 +71,13 @@ struct alignas(64) atomic_counters {
   }
   void reset_phase() noexcept {
     phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  void clear() noexcept {
+    for (auto* value : {&current, &peak, &phase_peak, &total, &interval_peak}) {
+      value->store(0, std::memory_order_relaxed);
+    }
+    allocations.store(0, std::memory_order_relaxed);
+    frees.store(0, std::memory_order_relaxed);
   }
   [[nodiscard]] counters read() const noexcept {
     counters c;
@@ -196,6 +205,8 @@ struct ledger_state {
   std::atomic<std::uint64_t> wrong_device{0};
   std::atomic<std::uint64_t> untracked_frees{0};
   std::atomic<std::uint64_t> sequence{0};
+  // In a child made by fork(): records up to this sequence are the parent's (see forget_parent).
+  std::atomic<std::uint64_t> inherited_through{0};
   std::atomic<std::uint32_t> next_thread{0};
   std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
   std::atomic<std::uint32_t> stack_sample{64};
@@ -209,10 +220,51 @@ struct ledger_state {
   }
 };
 
+ledger_state& state();
+
+// fork(): the shards are locked around it, so the child's copy of the table is consistent (a lock
+// another thread held at the fork would stay held in the child for ever). In the child the
+// parent's allocations are not its own: the counters, misuse counts and site totals start from
+// zero, and the parent's live records stay in the table only so that the child's frees of them
+// (its copies of host memory, its static destructors) are recognised, quietly, and not reported
+// as frees of unknown pointers. Snapshots, leak reports and crash records skip them.
+void lock_shards_for_fork() noexcept {
+  for (shard& s : state().shards) { s.mutex.lock(); }
+}
+void unlock_shards_after_fork() noexcept {
+  for (shard& s : state().shards) { s.mutex.unlock(); }
+}
+void forget_parent_in_forked_child() noexcept {
+  ledger_state& st = state();
+  for (shard& s : st.shards) {
+    s.recent = {};
+    s.recent_next = 0;
+  }
+  for (atomic_counters& c : st.devices) { c.clear(); }
+  for (atomic_counters& c : st.tag_counters) { c.clear(); }
+  for (auto* count : {&st.unknown_pointer, &st.double_free, &st.wrong_size, &st.wrong_device, &st.untracked_frees}) {
+    count->store(0, std::memory_order_relaxed);
+  }
+  for (site_slot& slot : site_table()) {
+    slot.allocations.store(0, std::memory_order_relaxed);
+    slot.bytes.store(0, std::memory_order_relaxed);
+  }
+  st.inherited_through.store(st.sequence.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  unlock_shards_after_fork();
+}
+
+bool inherited(const ledger_state& st, const allocation_record& record) noexcept {
+  return record.sequence <= st.inherited_through.load(std::memory_order_relaxed);
+}
+
 // Never destroyed: frees from static destructors and the exit report may come after any
 // ordinary static would be gone.
 ledger_state& state() {
-  static auto* s = new ledger_state();
+  static auto* s = [] {
+    auto* made = new ledger_state();
+    static_cast<void>(::pthread_atfork(lock_shards_for_fork, unlock_shards_after_fork, forget_parent_in_forked_child));
+    return made;
+  }();
   return *s;
 }
 
@@ -470,8 +522,10 @@ void record_allocation(const allocation_event& event) noexcept {
   if (allocation_record* stale = find(s, event.ptr, hash)) {
     // The upstream handed out a live address again: the earlier block was freed behind the
     // tracker's back. Count it as freed so the counters stay true.
-    st.devices[device_slot_of(stale->device)].remove(stale->bytes);
-    st.tag_counters[stale->tag].remove(stale->bytes);
+    if (!inherited(st, *stale)) {
+      st.devices[device_slot_of(stale->device)].remove(stale->bytes);
+      st.tag_counters[stale->tag].remove(stale->bytes);
+    }
     *stale = record;
   } else {
     if (!reserve_one(s)) { return; }  // out of memory: this allocation goes untracked
@@ -506,6 +560,10 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       result.known = true;
       result.bytes = slot->bytes;
       result.device = slot->device;
+      if (inherited(st, *slot)) {
+        erase(s, slot);  // the parent's, freed in a forked child: not in the child's counters
+        return result;
+      }
       if (bytes != unknown_size && bytes != slot->bytes) {
         misuses[misuse_count++] = {interposed, misuse_kind::wrong_size, ptr, bytes, slot->bytes, current_device,
                                    slot->device, slot->site, no_site};
@@ -591,7 +649,7 @@ ledger_snapshot snapshot(bool with_live) {
   if (with_live) {
     for (const shard& s : st.shards) {
       for (const allocation_record& record : s.slots) {
-        if (record.ptr == nullptr) { continue; }
+        if (record.ptr == nullptr || inherited(st, record)) { continue; }
         if (live.size() == live.capacity()) {
           live_complete = false;  // never reallocate under the locks
           break;
@@ -719,13 +777,14 @@ std::vector<detail::site_total> detail::top_sites(std::size_t count) {
 std::size_t detail::crash_scan(crash_site* sites, std::size_t capacity, bool& complete) noexcept {
   complete = true;
   std::size_t used = 0;
+  const ledger_state& st = state();
   for (shard& s : state().shards) {
     if (!s.mutex.try_lock()) {
       complete = false;
       continue;
     }
     for (const allocation_record& record : s.slots) {
-      if (record.ptr == nullptr) { continue; }
+      if (record.ptr == nullptr || inherited(st, record)) { continue; }
       std::size_t i = 0;
       while (i < used && (sites[i].site != record.site || sites[i].device != record.device)) { ++i; }
       if (i == used) {

@@ -159,13 +159,14 @@ struct byte_count_key {
 };
 
 // A decimal fraction in [lo, hi], written as digits with an optional '.' and more digits
-// ("0.8", "1", ".5" is rejected: a leading digit is required).
+// ("0.8", "1"; ".5" and "0." are rejected: a digit is required on each side of the point).
 template <auto member>
 struct fraction_key {
   static_assert(std::is_same_v<member_type<member>, double>);
 
   static bool set(options& o, std::string_view value) {
     if (value.empty() || value.front() < '0' || value.front() > '9') { return false; }
+    if (value.back() < '0' || value.back() > '9') { return false; }
     if (value.find_first_not_of("0123456789.") != std::string_view::npos) { return false; }
     double number = 0;
     const char* const last = value.data() + value.size();
@@ -213,9 +214,10 @@ constexpr key_entry keys[] = {
     make_key<fraction_key<&options::alert_fraction>>("alert_fraction", "device-full alert threshold; 0 = off"),
     make_key<fraction_key<&options::alert_hysteresis>>("alert_hysteresis", "re-arm the alert below threshold minus this"),
     make_key<byte_count_key<&options::alert_op_growth>>("alert_op_growth", "alert when one scope's net growth passes this many bytes; 0 = off"),
-    make_key<integer_key<&options::queue_capacity, 64, 16777216>>("queue_capacity", "events the output queue holds before it drops"),
+    make_key<integer_key<&options::queue_capacity, 64, max_queue_capacity>>("queue_capacity", "events the output queue holds before it drops"),
     make_key<bool_key<&options::hooks>>("hooks", "enable_tracking installs the exit-path hooks (terminate, signals, crashes)"),
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
+    make_key<integer_key<&options::cleanup_timeout, 0, 86400>>("cleanup_timeout", "seconds the exit work (cleanups, report) may take before the process is ended; 0 = no limit"),
     make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
 };
 

@@ -491,8 +491,10 @@ void start_outputs(const options& opts) noexcept {
       }
     }
 
-    if (st.spare == nullptr || st.spare->capacity() < opts.queue_capacity) {
-      st.spare = new queue_type(opts.queue_capacity);  // NOLINT: never freed, see output_state
+    // Every slot is allocated and touched here: the maximum bounds that cost (options.hpp).
+    const std::uint32_t capacity = std::min(opts.queue_capacity, max_queue_capacity);
+    if (st.spare == nullptr || st.spare->capacity() < capacity) {
+      st.spare = new queue_type(capacity);  // NOLINT: never freed, see output_state
     } else {
       queued_op stale;
       while (st.spare->try_pop(stale)) {}  // events that raced with the last stop

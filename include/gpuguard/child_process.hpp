@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <unistd.h>
 
 namespace gpuguard {
 
@@ -30,18 +31,21 @@ struct spawn_options {
 };
 
 /// A started child. The destructor ends it (its group: SIGTERM, then SIGKILL after 2 s) and reaps
-/// it unless it was waited for or released. Move-only.
+/// it unless it was waited for or released; in a process forked from the one that started it (a
+/// copy of this object), the destructor leaves the child alone. Move-only.
 class GPUGUARD_API child_process {
  public:
   child_process() noexcept = default;
-  explicit child_process(pid_t pid, bool own_group) noexcept : pid_(pid), own_group_(own_group) {}
+  explicit child_process(pid_t pid, bool own_group) noexcept
+      : pid_(pid), own_group_(own_group), parent_(::getpid()) {}
   child_process(const child_process&) = delete;
   child_process& operator=(const child_process&) = delete;
   child_process(child_process&& other) noexcept
-      : pid_(std::exchange(other.pid_, -1)), own_group_(other.own_group_) {}
+      : pid_(std::exchange(other.pid_, -1)), own_group_(other.own_group_), parent_(other.parent_) {}
   child_process& operator=(child_process&& other) noexcept {
     std::swap(pid_, other.pid_);
     std::swap(own_group_, other.own_group_);
+    std::swap(parent_, other.parent_);
     return *this;
   }
   ~child_process();
@@ -61,6 +65,7 @@ class GPUGUARD_API child_process {
  private:
   pid_t pid_ = -1;
   bool own_group_ = true;
+  pid_t parent_ = -1;  ///< the process that started the child: only its destructor ends it
 };
 
 static_assert(!std::is_copy_constructible_v<child_process>);

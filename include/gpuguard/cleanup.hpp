@@ -60,7 +60,8 @@ static_assert(std::is_nothrow_move_assignable_v<cleanup_handle>);
  * priorities the one registered last runs first (as destructors do). A cleanup that throws is
  * reported on stderr with its name and the rest still run. A cleanup may call CUDA (it runs before
  * the CUDA runtime's teardown) but should be quick: on SIGTERM a second signal ends the process at
- * once. @throws std::bad_alloc only.
+ * once, and the exit work as a whole gets at most `cleanup_timeout` seconds. In a child made by
+ * fork() the parent's cleanups are not registered (docs/hooks.md). @throws std::bad_alloc only.
  */
 [[nodiscard]] GPUGUARD_API cleanup_handle register_cleanup(std::string name, std::function<void()> fn,
                                                            int priority = 0);

@@ -37,6 +37,11 @@ enum class torch_mode {
   off,      ///< nothing
 };
 
+/// The largest `queue_capacity`: each slot of the output queue takes 200 bytes, all allocated and
+/// touched when the outputs start (this many: 200 MiB). A larger value set in the struct is taken
+/// as this one.
+inline constexpr std::uint32_t max_queue_capacity = 1048576;
+
 /// Every option, with its default. The keys of `GPUGUARD_OPTIONS` are the member names.
 struct options {
   stack_mode stacks = stack_mode::off;   ///< key `stacks`: off | sampled | all
@@ -63,11 +68,12 @@ struct options {
   double alert_fraction = 0.8;           ///< key `alert_fraction`: device-full alert threshold (0 = off, else 0..1)
   double alert_hysteresis = 0.05;        ///< key `alert_hysteresis`: re-arm below threshold minus this (0..1)
   std::size_t alert_op_growth = 0;       ///< key `alert_op_growth`: alert when one scope's net growth passes this (0 = off)
-  std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..16777216)
+  std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..max_queue_capacity; 200 bytes each)
 
   // Exit paths (docs/hooks.md).
   bool hooks = true;                     ///< key `hooks`: enable_tracking installs the exit-path hooks
   std::string crash_file;                ///< key `crash_file`: crash record path, besides stderr ("" = stderr only)
+  std::uint32_t cleanup_timeout = 30;    ///< key `cleanup_timeout`: seconds the exit work may take before the process is ended (0 = no limit; 0..86400)
 
   // LibTorch adapter (docs/torch.md).
   torch_mode torch = torch_mode::observe;  ///< key `torch`: observe | swap_in | off, for gpuguard::torch::enable()

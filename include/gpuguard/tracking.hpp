@@ -85,9 +85,12 @@ struct out_of_memory_info {
 /// largest live sites (with stacks when they were captured). Slow (resolves stacks); never throws.
 GPUGUARD_API void report_out_of_memory(const out_of_memory_info& info) noexcept;
 
-/// What the exit handler does: the text report (leak_report=1), the JSON file (leak_json), and,
-/// with leaks and leak_exitcode=N, ends the process with status N. Exposed for tests and for
-/// exit paths that cannot rely on atexit.
-GPUGUARD_API void run_exit_report() noexcept;
+/// What the exit handler does: the cleanups, the text report (leak_report=1), the JSON file
+/// (leak_json), and, with leaks and leak_exitcode=N, ends the process with status N. Runs once;
+/// later calls return at once. Exposed for tests and for exit paths that cannot rely on atexit.
+/// `exit_status` is the status the process is ending with (an `on_exit` handler gets it), kept if
+/// the work takes longer than cleanup_timeout and the process is ended; negative: not known
+/// (then EXIT_FAILURE). In a child made by fork() there is no leak report (docs/hooks.md).
+GPUGUARD_API void run_exit_report(int exit_status = -1) noexcept;
 
 }  // namespace gpuguard

@@ -311,6 +311,25 @@ int shell_status(int wait_status) {
   return 1;
 }
 
+// Whether stopping our own process group is what a job-control stop means here, as for a shell's
+// job: the terminal on stdin is our session's controlling terminal, and our process group is not
+// orphaned (some member has a parent in another group of this session: a shell that can continue
+// the job). The kernel discards SIGTSTP/SIGTTIN/SIGTTOU for an orphaned group for the same reason.
+bool job_control_stop_works() {
+  const pid_t session = ::getsid(0);
+  if (::tcgetsid(STDIN_FILENO) != session) { return false; }
+  const pid_t group = ::getpgrp();
+  const std::vector<proc_entry> table = list_processes();
+  std::unordered_map<pid_t, const proc_entry*> by_pid;
+  for (const proc_entry& p : table) { by_pid.emplace(p.pid, &p); }
+  for (const proc_entry& p : table) {
+    if (p.pgid != group) { continue; }
+    const auto parent = by_pid.find(p.ppid);
+    if (parent != by_pid.end() && parent->second->pgid != group && parent->second->sid == session) { return true; }
+  }
+  return false;
+}
+
 // What CMD's side needs, prepared before any fork so that the child only calls what is safe
 // between fork and exec.
 struct exec_plan {
@@ -580,12 +599,22 @@ run_outcome supervise(const run_config& config) {
     ++out.forwarded[static_cast<std::size_t>(signal)];
   };
   const auto relay_stop = [&](int signal) {
-    // CMD's group was stopped from the terminal (Ctrl-Z, or reading it in the background): stop
-    // ours too, so that the shell sees the job stopped and gives the terminal back. When the
-    // shell continues us, the SIGCONT goes on to CMD (forward, above).
+    // CMD's group was stopped by a job-control signal (Ctrl-Z, reading the terminal in the
+    // background, or its own kill -TSTP). Where that means something (job_control_stop_works),
+    // stop our job too, as a shell's job would stop: the shell sees it stopped and takes the
+    // terminal back, and when it continues us the SIGCONT goes on to CMD (forward, above).
+    // Anywhere else (a script, a CI step: no terminal, or nobody who could continue the job)
+    // stopping our process group would stop our caller's processes, and CMD would wait for ever:
+    // CMD is continued instead, as the kernel discards these signals for such a job.
     if (signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) { return; }
-    if (tty && ::tcgetpgrp(STDIN_FILENO) == command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
-    static_cast<void>(::kill(0, signal));
+    if (tty && job_control_stop_works()) {
+      if (::tcgetpgrp(STDIN_FILENO) == command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
+      static_cast<void>(::kill(0, signal));
+      return;
+    }
+    write_stderr(std::string("[gpuguard run] CMD was stopped by ") + signal_name(signal) +
+                 ", but no terminal job control can resume it: continuing it\n");
+    if (::kill(-command, SIGCONT) != 0 && errno == ESRCH) { static_cast<void>(::kill(command, SIGCONT)); }
   };
 
   while (!ended) {

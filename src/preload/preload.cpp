@@ -39,13 +39,14 @@ int current_device() noexcept {
   return device;
 }
 
-void exit_report() { gpuguard::run_exit_report(); }
+// on_exit, so the report knows the status the process ends with (cleanup_timeout keeps it).
+void exit_report(int status, void* /*unused*/) { gpuguard::run_exit_report(status); }
 
 // After the first successful call the CUDA runtime is initialised: registering the exit report
 // again now makes it run before the runtime's own teardown (handlers run in reverse order).
 void after_first_call() noexcept {
   static std::once_flag once;
-  std::call_once(once, [] { static_cast<void>(std::atexit(exit_report)); });
+  std::call_once(once, [] { static_cast<void>(::on_exit(exit_report, nullptr)); });
 }
 
 void record(void* ptr, std::size_t bytes, gpuguard::memory_kind kind, cudaStream_t stream) noexcept {

@@ -695,6 +695,42 @@ class tty(base):
         self.read_until(master, "shell: ended 130")
         self.assertEqual(p.wait(timeout=10), 0)
 
+    def test_cmd_stopping_itself_on_a_terminal_stops_the_job_and_fg_resumes_it(self):
+        p, master = self.on_terminal(PYTHON, HELPER, "jobshell", GPUGUARD, "run", "--", "sh", "-c",
+                                     "kill -TSTP $$; echo cmd resumed")
+        self.read_until(master, "shell: stopped by SIGTSTP")
+        self.read_until(master, "cmd resumed")
+        self.read_until(master, "shell: ended 0")
+        self.assertEqual(p.wait(timeout=10), 0)
+
+    def caller_script(self, stop, preexec_fn):
+        """A script without a terminal (as in CI) runs `gpuguard run` on a CMD that stops itself with
+        `stop`, then goes on. Returns the script's exit status, stdout and stderr."""
+        script = (f"{GPUGUARD} run -- sh -c 'kill -{stop} $$; echo cmd resumed'; echo after $?")
+        p = subprocess.Popen(["bash", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+        self.addCleanup(lambda: os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None)
+        try:
+            out, err = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            state = proc_stat(p.pid)
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            self.fail(f"the calling script did not go on (its state: {state}); stdout {out!r} stderr {err!r}")
+        return p.returncode, out.decode(), err.decode()
+
+    def test_cmd_stopping_itself_without_a_terminal_stops_no_caller(self):
+        # In a session of its own (the issue's reproduction), and in a process group of its own in
+        # this session: there the group is not orphaned, and a stop sent to it would hold.
+        for where, preexec_fn in (("own session", os.setsid), ("own group", os.setpgrp)):
+            for stop in ("TSTP", "TTIN", "TTOU"):
+                with self.subTest(where=where, stop=stop):
+                    status, out, err = self.caller_script(stop, preexec_fn)
+                    self.assertEqual(status, 0, err)
+                    self.assertEqual(out.splitlines(), ["cmd resumed", "after 0"], err)
+                    self.assertIn(f"CMD was stopped by SIG{stop}, but no terminal job control can resume it: "
+                                  "continuing it", err)
+
 
 if __name__ == "__main__":
     GPUGUARD, FAKE_NVML, FAKE_PRELOAD = (os.path.abspath(a) for a in sys.argv[1:4])

@@ -7,6 +7,7 @@
 #include <gpuguard/cleanup.hpp>
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/hooks.hpp>
+#include <gpuguard/ledger.hpp>
 #include <gpuguard/tracking.hpp>
 
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern "C" volatile std::sig_atomic_t gpuguard_crash_handler_active;
@@ -231,6 +233,48 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+  }
+  if (mode == "fork") {
+    // A worker made by fork() (argv[3]: "exit" or "crash"): none of the parent's exit work is its
+    // own. The parent started a helper with gpuguard::spawn, which must outlive the worker.
+    static gpuguard::child_process helper = gpuguard::spawn({"sleep", "1000"});
+    std::printf("child %d\n", static_cast<int>(helper.pid()));
+    std::fflush(stdout);
+    const pid_t worker = ::fork();
+    if (worker == 0) {
+      const gpuguard::counters before = gpuguard::device_counters(gpuguard::host_device_id);
+      gpuguard::register_cleanup("worker", [] { mark("cleanup:worker\n"); }).keep();
+      gpuguard::register_signal_safe_cleanup("worker-safe", [](void*) noexcept { mark("cleanup:worker-safe\n"); },
+                                             nullptr).keep();
+      live().clear();  // the worker's copies of the parent's buffers: freed quietly
+      live().emplace_back(1 * mib);  // the worker's own
+      const gpuguard::ledger_snapshot view = gpuguard::snapshot(true);
+      std::printf("worker before %zu after %zu live %zu misuse %llu\n", before.current_bytes,
+                  gpuguard::device_counters(gpuguard::host_device_id).current_bytes, view.live.size(),
+                  static_cast<unsigned long long>(view.misuse.total()));
+      std::fflush(stdout);
+      if (arg == "crash") { crash("SIGSEGV"); }
+      std::exit(0);
+    }
+    int status = 0;
+    while (::waitpid(worker, &status, 0) < 0) {}
+    std::printf("worker status %d\n", status);
+    int helper_status = 0;
+    std::printf("helper running %d\n", ::waitpid(helper.pid(), &helper_status, WNOHANG) == 0 ? 1 : 0);
+    ready();
+    return 0;
+  }
+  if (mode == "hung_cleanup") {
+    // A cleanup that never returns (a checkpoint to a hung file server); argv[3] says how the
+    // process ends: "exit" (status 7), "signal" (waits for one) or "throw".
+    gpuguard::register_cleanup("stuck checkpoint", [] {
+      mark("stuck:start\n");
+      for (;;) { ::pause(); }
+    }, 10).keep();
+    ready();
+    if (arg == "exit") { return 7; }
+    if (arg == "throw") { throw std::runtime_error("the loss went NaN"); }
+    wait_for_signal();
   }
   if (mode == "children") {
     // A child in its own group that would outlive us: the exit paths end it.

@@ -297,6 +297,82 @@ for how in ("exit", "SIGTERM", "SIGKILL"):
     if alive(child):
         os.kill(child, signal.SIGKILL)
 
+# ---- fork(): a worker gets none of the parent's exit work ------------------------------------------
+# The parent (3 MiB live, a cleanup of each kind, a helper started with gpuguard::spawn) forks a
+# worker that frees its copy of the 3 MiB, allocates 1 MiB of its own, registers cleanups of its
+# own, then exits or crashes. Only the parent's exit runs the parent's cleanups and reports.
+for how in ("exit", "crash"):
+    run = Run("fork", how)
+    what = "fork, worker %s" % ("exits" if how == "exit" else "crashes")
+    helper = int(next(l for l in run.lines if l.startswith("child")).split()[1])
+    check("helper running 1" in run.lines, "%s: the parent's spawned helper outlives the worker" % what, run.lines)
+    run.finish()
+    check(run.status == 0, "%s: the parent exits 0" % what, "status %s\n%s" % (run.status, run.stderr[-3000:]))
+    worker = next((l for l in run.lines if l.startswith("worker before")), "")
+    check(worker == "worker before 0 after %d live 1 misuse 0" % MIB,
+          "%s: the worker's ledger starts empty, holds its own 1 MiB, and its frees of the parent's memory "
+          "are not misuse" % what, worker)
+    check("error:" not in run.stderr, "%s: no misuse reported" % what, run.stderr[-3000:])
+    status = int(next((l for l in run.lines if l.startswith("worker status")), "worker status -1").split()[2])
+    if how == "exit":
+        check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "%s: the worker exits 0" % what, status)
+    else:
+        check(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV, "%s: the worker dies by SIGSEGV" % what,
+              status)
+    marks = run.markers()
+    for mark in ("cleanup:ordinary", "cleanup:safe"):
+        check(marks.count(mark) == 1, "%s: the parent's %s ran once, in the parent" % (what, mark), marks)
+    if how == "exit":
+        check(marks.count("cleanup:worker") == 1 and marks.count("cleanup:worker-safe") == 1,
+              "%s: the worker's own cleanups ran once" % what, marks)
+    else:
+        check(marks.count("cleanup:worker-safe") == 1 and "cleanup:worker" not in marks,
+              "%s: the worker's own signal-safe cleanup ran, its ordinary one did not" % what, marks)
+        check(run.stderr.count("[gpuguard] CRASH: SIGSEGV") == 1, "%s: one crash report, the worker's" % what,
+              run.stderr[-3000:])
+        check("live on host memory: %d bytes (1 MiB) in 1 allocations" % MIB in run.stderr,
+              "%s: the worker's crash report shows only its own memory" % what, run.stderr[-3000:])
+        check(run.crash_records() == [], "%s: the worker's record is not written into the parent's crash file" % what)
+    reports = [l for l in run.stderr.splitlines() if l.startswith(("[gpuguard] LEAK:", "[gpuguard] no leaks"))]
+    check(len(reports) == 1 and reports[0].startswith("[gpuguard] LEAK: 3.0 MiB in 1 allocation "),
+          "%s: one leak report, the parent's" % what, run.stderr[-3000:])
+    try:
+        report = run.leak_report()
+        check(report["pid"] == run.proc.pid and report["total_bytes"] == 3 * MIB,
+              "%s: leak_json is the parent's" % what, report)
+    except (OSError, ValueError) as error:
+        failures.append("%s: leak report missing or bad: %s" % (what, error))
+    end = run.end_line()
+    check(end and end["reason"] == "exit", "%s: the log ends with the parent's exit" % what, end)
+    check(gone_within(helper, 3), "%s: the helper is gone with the parent" % what)
+    if alive(helper):
+        os.kill(helper, signal.SIGKILL)
+
+# ---- a hung cleanup is cut off after cleanup_timeout, and the status is kept ----------------------
+for how, expected in (("exit", 7), ("signal", -signal.SIGTERM), ("throw", -signal.SIGABRT)):
+    run = Run("hung_cleanup", how, options="cleanup_timeout=1")
+    if how == "signal":
+        run.send(signal.SIGTERM)
+    run.finish(timeout=20)
+    what = "hung cleanup, %s" % how
+    check(run.status == expected, "%s: ends with the status it was going to have (%s)" % (what, expected),
+          "status %s\n%s" % (run.status, run.stderr[-3000:]))
+    elapsed = run.ended_at - run.ready_at
+    check(0.8 <= elapsed <= 6.0, "%s: ended about 1 s after the exit work began" % what, elapsed)
+    ending = "with status 7" if how == "exit" else "by signal %d" % -expected
+    check("[gpuguard] cleanup 'stuck checkpoint' did not finish within cleanup_timeout=1 s: ending the process %s"
+          % ending in run.stderr, "%s: says which cleanup hung" % what, run.stderr[-3000:])
+    check(run.markers().count("stuck:start") == 1, "%s: the stuck cleanup had started" % what, run.markers())
+
+# The control: cleanup_timeout=0 waits for ever (the test ends it).
+run = Run("hung_cleanup", "exit", options="cleanup_timeout=0")
+try:
+    run.proc.wait(timeout=2.5)
+    check(False, "cleanup_timeout=0: the process waits for its hung cleanup", run.proc.returncode)
+except subprocess.TimeoutExpired:
+    run.proc.kill()
+run.finish()
+
 # symbolize: bad input gets clear errors.
 bad = subprocess.run([CLI, "symbolize", os.path.join(tmp, "missing.json")], capture_output=True, text=True)
 check(bad.returncode == 1 and "cannot read" in bad.stderr and "missing.json" in bad.stderr, "symbolize: a missing file", bad.stderr)

@@ -60,6 +60,7 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.queue_capacity, defaults.queue_capacity);
   EXPECT_EQ(parsed.values.hooks, defaults.hooks);
   EXPECT_EQ(parsed.values.crash_file, defaults.crash_file);
+  EXPECT_EQ(parsed.values.cleanup_timeout, defaults.cleanup_timeout);
   return parsed.errors.empty() ? std::string() : parsed.errors.front();
 }
 
@@ -100,6 +101,7 @@ TEST(options, defaults) {
   EXPECT_EQ(o.queue_capacity, 16384U);
   EXPECT_TRUE(o.hooks);
   EXPECT_EQ(o.crash_file, "");
+  EXPECT_EQ(o.cleanup_timeout, 30U);
 }
 
 TEST(options, hooks_and_crash_file) {
@@ -107,6 +109,16 @@ TEST(options, hooks_and_crash_file) {
   EXPECT_FALSE(o.hooks);
   EXPECT_EQ(o.crash_file, "/var/tmp/crash-%p.json");
   EXPECT_EQ(one_error("hooks=off"), bad_value("off", "hooks", boolean_expected));
+}
+
+TEST(options, cleanup_timeout) {
+  EXPECT_EQ(parse_ok("cleanup_timeout=0").cleanup_timeout, 0U);
+  EXPECT_EQ(parse_ok("cleanup_timeout=5").cleanup_timeout, 5U);
+  EXPECT_EQ(parse_ok("cleanup_timeout=86400").cleanup_timeout, 86400U);
+  for (const char* bad : {"", "-1", "86401", "1.5", "30s", "4294967296", "99999999999999999999"}) {
+    EXPECT_EQ(one_error(std::string("cleanup_timeout=") + bad),
+              bad_value(bad, "cleanup_timeout", "an integer in 0..86400")) << bad;
+  }
 }
 
 TEST(options, output_paths) {
@@ -126,8 +138,10 @@ TEST(options, output_integers_and_booleans) {
   EXPECT_EQ(o.queue_capacity, 64U);
   EXPECT_FALSE(o.nvtx);
   EXPECT_TRUE(o.op_device_query);
-  EXPECT_EQ(parse_ok("queue_capacity=16777216").queue_capacity, 16777216U);
-  EXPECT_EQ(one_error("queue_capacity=63"), bad_value("63", "queue_capacity", "an integer in 64..16777216"));
+  EXPECT_EQ(parse_ok("queue_capacity=1048576").queue_capacity, 1048576U);
+  EXPECT_EQ(one_error("queue_capacity=63"), bad_value("63", "queue_capacity", "an integer in 64..1048576"));
+  EXPECT_EQ(one_error("queue_capacity=1048577"), bad_value("1048577", "queue_capacity", "an integer in 64..1048576"));
+  EXPECT_EQ(one_error("queue_capacity=16777216"), bad_value("16777216", "queue_capacity", "an integer in 64..1048576"));
   EXPECT_EQ(one_error("sample_ms=0"), bad_value("0", "sample_ms", "an integer in 1..60000"));
   EXPECT_EQ(one_error("prometheus_interval_ms=99"),
             bad_value("99", "prometheus_interval_ms", "an integer in 100..3600000"));
@@ -141,7 +155,8 @@ TEST(options, alert_fractions) {
   EXPECT_DOUBLE_EQ(parse_ok("alert_fraction=1.0").alert_fraction, 1.0);
   EXPECT_DOUBLE_EQ(parse_ok("alert_hysteresis=0.1").alert_hysteresis, 0.1);
   const std::string expected = "a decimal number in 0..1 (e.g. 0.8)";
-  for (const char* bad : {"", ".5", "1.01", "2", "-0.5", "+0.5", "0,8", "0.8 ", "80%", "1e-1", "nan", "inf", "0x1"}) {
+  for (const char* bad : {"", ".5", "0.", "1.", "0.8.", "0..5", "1.01", "2", "-0.5", "+0.5", "0,8", "0.8 ", "80%",
+                          "1e-1", "nan", "inf", "0x1"}) {
     EXPECT_EQ(one_error(std::string("alert_fraction=") + bad), bad_value(bad, "alert_fraction", expected)) << bad;
   }
   EXPECT_EQ(one_error("alert_hysteresis=big"), bad_value("big", "alert_hysteresis", expected));
