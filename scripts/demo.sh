@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds and runs the gpuguard demo: a training-like loop with operation scopes and a planted
 # leak, then renders its event log as one HTML page. With a GPU it runs on the GPU; without one it
-# says so and runs what it can on host memory.
+# says so and runs what it can on host memory. Installs only what the demo needs (scripts/deps.sh
+# demo) and builds only the demo and the `gpuguard` command: no tests, benchmarks or Torch.
 # usage: scripts/demo.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-"$root/build"}
-"$root/scripts/deps.sh"
+"$root/scripts/deps.sh" demo
 . "$root/scripts/env.sh"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGPUGUARD_BUILD_TESTS=OFF -DGPUGUARD_BUILD_BENCHMARKS=OFF -DGPUGUARD_WITH_TORCH=OFF >/dev/null
 cmake --build "$build" --target gpuguard_demo gpuguard_cli
 echo
 log="$build/demo-events.jsonl"

@@ -3,7 +3,7 @@
 reads the DOM it leaves (the timeline drawn into the SVG, the op bands, the tables) and a screenshot
 (decoded here with zlib alone: the timeline must not be blank).
 
-Chromium is installed by scripts/deps.sh (Debian package `chromium`); without it this test fails.
+Chromium is installed by scripts/deps.sh test (Debian package `chromium`); without it this test fails.
 
 usage: report_browser_test.py GPUGUARD_BINARY REPO_ROOT
 """
@@ -287,7 +287,7 @@ if __name__ == "__main__":
     DATA = os.path.join(os.path.abspath(sys.argv[2]), "tests", "cli", "testdata")
     CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
     if CHROMIUM is None:
-        print("browser.report: chromium is not installed; scripts/deps.sh installs it "
+        print("browser.report: chromium is not installed; scripts/deps.sh test installs it "
               "(Debian package 'chromium'). This test needs it and fails without it.", file=sys.stderr)
         sys.exit(1)
     unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])

@@ -181,7 +181,7 @@ class report_test(unittest.TestCase):
         try:
             import jsonschema
         except ImportError:
-            print("report_test: jsonschema not installed (scripts/deps.sh installs it): schema check skipped")
+            print("report_test: jsonschema not installed (scripts/deps.sh test installs it): schema check skipped")
             return
         with open(os.path.join(ROOT, "docs", "schemas", "events-v1.schema.json")) as f:
             validator = jsonschema.Draft202012Validator(json.load(f))

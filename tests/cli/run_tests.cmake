@@ -14,7 +14,7 @@ foreach(group IN ITEMS usage exit_status signals teardown residue track tty)
 endforeach()
 
 # A real PyTorch job: DataLoader workers and a multiprocessing helper outlive their parent's
-# SIGKILL without gpuguard, and not with it. Needs torch (scripts/deps.sh installs it); fails,
+# SIGKILL without gpuguard, and not with it. Needs torch (scripts/deps.sh test installs it); fails,
 # never skips, without it.
 add_test(NAME cli.run.torch
   COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run_torch_test.py $<TARGET_FILE:gpuguard_cli>)

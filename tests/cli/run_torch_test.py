@@ -54,7 +54,7 @@ def wait_until(predicate, timeout, step=0.02):
 class torch_job(unittest.TestCase):
     def setUp(self):
         if importlib.util.find_spec("torch") is None:
-            self.fail(f"torch cannot be imported by {sys.executable}: this test needs it. scripts/deps.sh installs "
+            self.fail(f"torch cannot be imported by {sys.executable}: this test needs it. scripts/deps.sh test installs "
                       "it (python3 -m pip install torch==2.11.0)")
         self.tmp = tempfile.TemporaryDirectory(prefix="gpuguard-run-torch-")
         self.device = os.path.join(self.tmp.name, "nvidia0")

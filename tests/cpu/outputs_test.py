@@ -39,7 +39,7 @@ def load_schema(name):
 
 try:
     import jsonschema
-except ImportError:  # scripts/deps.sh installs it; without it the structural checks still run
+except ImportError:  # scripts/deps.sh test installs it; without it the structural checks still run
     jsonschema = None
     print("note: jsonschema is not installed here; structural checks only")
 
