@@ -5,7 +5,7 @@ Without gpuguard, the helper keeps running and keeps the device (the GPU memory 
 and busy workers run on until they next check on their parent. Under `gpuguard run`, none of them survives the grace period, and the
 report names them as the holders when the job ended.
 
-Needs torch: without it this test FAILS (it never skips on a CPU machine); scripts/deps.sh
+Needs torch: without it this test FAILS (it never skips on a CPU machine); scripts/deps.sh test
 installs it.
 
 usage: run_torch_test.py GPUGUARD
