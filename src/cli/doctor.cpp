@@ -276,6 +276,13 @@ std::string pid_namespace() {
   return std::string(buffer, static_cast<std::size_t>(n));
 }
 
+// Whether this process may signal `p` (kill(2): root, or the same real or effective UID as the
+// target's real UID). Unknown UIDs are not assumed to be signallable.
+bool may_signal(const process_info& p) {
+  if (::geteuid() == 0) { return true; }
+  return p.uid && (*p.uid == ::getuid() || *p.uid == ::geteuid());
+}
+
 holder make_holder(process_info info) {
   holder h;
   h.info = std::move(info);
@@ -353,7 +360,18 @@ sample take_sample(const options& o, const nvml_session& nvml, const std::string
   for (auto& [pid, h] : by_pid) {
     const bool here = h.info.exists && !h.pid_names_other;
     h.holds = !h.info.devices.empty() || !h.memory.empty();
-    h.verdict = classify(here ? &h.info.stat : nullptr, h.info.effective_state, scan.table);
+    process_facts facts;
+    if (here) {
+      facts.command = h.info.command;
+      facts.sighup_ignored = h.info.sighup_ignored;
+      facts.cwd = h.info.cwd;
+      facts.cgroup = h.info.cgroup;
+      if (h.info.stat.pgid != pid) { facts.leader_cgroup = read_cgroup(proc_root, h.info.stat.pgid); }
+    }
+    h.verdict = classify(here ? &h.info.stat : nullptr, h.info.effective_state, scan.table, here ? &facts : nullptr);
+    if (here && h.info.uid && !may_signal(h.info)) {
+      h.verdict.why += "; it belongs to UID " + std::to_string(*h.info.uid) + ", which this user may not signal";
+    }
     if (h.pid_names_other) {
       h.verdict.why = "PID " + std::to_string(pid) + " here is " + h.info.stat.comm + ", which holds no file under " +
                       o.prefix + ": NVML's PID is from another PID namespace (the host's), so the process it means "
@@ -427,6 +445,12 @@ void reap_sample(sample& s, const options& o) {
       h.reap = reap_outcome{"skipped", {}, "not a process of this PID namespace: cannot be signalled from here"};
     } else if (h.verdict.cls == holder_class::zombie) {
       h.reap = reap_outcome{"skipped", {}, "a zombie cannot be signalled: its parent must collect it"};
+    } else if (!may_signal(h.info)) {
+      h.reap = reap_outcome{"skipped", {},
+                            "another user's process" +
+                                (h.info.uid ? " (UID " + std::to_string(*h.info.uid) + ")" : std::string()) +
+                                ": this user has no permission to signal it, so it was not signalled (run as root "
+                                "or as its owner)"};
     } else if (!s.reap->unavailable.empty()) {
       h.reap = reap_outcome{"failed", {}, "pidfds unavailable (" + s.reap->unavailable + "): not signalled"};
     } else {
