@@ -8,6 +8,7 @@
 #include "proc.hpp"
 #include "doctor_reap.hpp"
 #include "doctor_report.hpp"
+#include "format.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -35,6 +38,7 @@ using namespace doctor;
 constexpr const char* help_text =
     "usage: gpuguard doctor [--json] [--watch SECONDS [--count N]] [--reap [--grace SECONDS]]\n"
     "                       [--pid PID[:START_TIME]]... [--device-prefix PATH] [--no-nvml]\n"
+    "                       [--prometheus FILE]\n"
     "\n"
     "Finds the processes that hold GPU memory, and says why they still do. Memory that 'stays after\n"
     "the job died' is held by a process that is still alive: a worker reparented to PID 1, a stopped\n"
@@ -74,6 +78,10 @@ constexpr const char* help_text =
     "  --device-prefix PATH   the device path prefix (default: $GPUGUARD_DEVICE_PREFIX, else\n"
     "                         /dev/nvidia); a file matches when its path starts with PATH\n"
     "  --no-nvml              do not load NVML\n"
+    "  --prometheus FILE      also write each sample's holders, orphans, per-device memory and\n"
+    "                         residue as Prometheus gauges (gpuguard_doctor_*) to FILE, through a\n"
+    "                         temporary file in its directory and a rename (node_exporter's\n"
+    "                         textfile collector: FILE ends in .prom)\n"
     "  -h, --help             this help\n"
     "\n"
     "environment:\n"
@@ -109,6 +117,7 @@ struct options {
   std::vector<named_pid> pids;
   std::string prefix;
   bool no_nvml = false;
+  std::string prometheus;  ///< --prometheus FILE; "" when not asked
 };
 
 bool parse_seconds(const std::string& text, double& out, double min, double max) {
@@ -171,7 +180,8 @@ int parse_args(int argc, char** argv, options& o) {
       inline_value = true;
     }
     const bool takes_value =
-        name == "--watch" || name == "--count" || name == "--grace" || name == "--pid" || name == "--device-prefix";
+        name == "--watch" || name == "--count" || name == "--grace" || name == "--pid" || name == "--device-prefix" ||
+        name == "--prometheus";
     if (!takes_value) {
       if (inline_value && (name == "--json" || name == "--reap" || name == "--no-nvml")) {
         return usage_error("option '" + name + "' takes no value");
@@ -222,6 +232,12 @@ int parse_args(int argc, char** argv, options& o) {
           std::any_of(o.pids.begin(), o.pids.end(), [&p](const named_pid& q) { return q.pid == p.pid; });
       if (duplicate) { return usage_error("option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
       o.pids.push_back(p);
+    } else if (name == "--prometheus") {
+      if (!o.prometheus.empty()) { return usage_error("option '--prometheus' given twice"); }
+      if (value.empty() || value.back() == '/') {
+        return usage_error("option '--prometheus' needs a file name, got '" + value + "'");
+      }
+      o.prometheus = value;
     } else {  // --device-prefix
       if (have_prefix) { return usage_error("option '--device-prefix' given twice"); }
       if (value.empty() || value[0] != '/') {
@@ -485,6 +501,26 @@ void interruptible_sleep(double seconds) {
   }
 }
 
+// Whether --prometheus FILE can be written, checked before anything is sampled or signalled: its
+// temporary file can be created (then removed) in FILE's directory, and FILE is not a directory.
+// Returns "" when it can, else the reason.
+std::string prometheus_unwritable(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) { return "'" + path + "' is a directory"; }
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) { return "cannot create '" + temp + "': " + std::strerror(errno); }
+  ::close(fd);
+  ::unlink(temp.c_str());
+  return {};
+}
+
+double unix_time_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
 bool emit(const std::string& text) {
   return std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0;
 }
@@ -494,6 +530,13 @@ bool emit(const std::string& text) {
 int doctor_main(int argc, char** argv) {
   options o;
   if (const int rc = parse_args(argc, argv, o); rc >= 0) { return rc; }
+
+  if (!o.prometheus.empty()) {
+    if (const std::string why = prometheus_unwritable(o.prometheus); !why.empty()) {
+      std::fprintf(stderr, "gpuguard doctor: --prometheus: %s; nothing was sampled or signalled\n", why.c_str());
+      return exit_error;
+    }
+  }
 
   const std::string library = nvml_library_name();
   nvml_session nvml;
@@ -544,6 +587,13 @@ int doctor_main(int argc, char** argv) {
     if (!emit(text)) {
       std::fprintf(stderr, "gpuguard doctor: cannot write to standard output: %s\n", std::strerror(errno));
       return exit_error;
+    }
+    if (!o.prometheus.empty()) {
+      const std::string why = gpuguard::detail::write_file_atomically(o.prometheus, render_prometheus(s, unix_time_s()));
+      if (!why.empty()) {
+        std::fprintf(stderr, "gpuguard doctor: --prometheus: %s\n", why.c_str());
+        return exit_error;
+      }
     }
     if (!first) { first = s; }
     previous = std::move(s);

@@ -715,6 +715,86 @@ class doctor_test(unittest.TestCase):
         time.sleep(0.2)
         self.assertTrue(alive(orphan))
 
+    def test_prometheus_textfile(self):
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError:
+            self.skipTest("prometheus-client is not installed")
+        orphan, reaper = self.make_orphan("subreaper")
+        live = self.start_holder()
+        nvml = (f"device 0 150000000000 500000000 7000000000 Fake \"H200\"\n"
+                f"process 0 {orphan} 3000000000\nprocess 0 {live.pid} 1000000000\n")
+        out_dir = os.path.join(self.dir, "textfile")
+        os.mkdir(out_dir)
+        prom = os.path.join(out_dir, "gpuguard.prom")
+
+        def metrics():
+            with open(prom) as f:
+                text = f.read()
+            found = {}
+            for family in text_string_to_metric_families(text):
+                self.assertEqual(family.type, "gauge", family.name)
+                self.assertTrue(family.documentation, family.name)
+                for m in family.samples:
+                    found[(m.name, tuple(sorted(m.labels.items())))] = m.value
+            return found
+
+        r = self.doctor("--prometheus", prom, nvml=nvml)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_holders", ())], 2)
+        self.assertEqual(m[("gpuguard_doctor_orphans", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_orphan_bytes", ())], 3000000000)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "orphaned"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "running"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "stopped"),))], 0)
+        dev = (("device", "0"), ("name", 'Fake "H200"'))
+        self.assertEqual(m[("gpuguard_doctor_device_used_bytes", dev)], 7000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_total_bytes", dev)], 150000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_process_bytes", dev)], 4000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_residue_bytes", dev)], 3000000000)
+        self.assertEqual(m[("gpuguard_doctor_nvml_available", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_exit_status", ())], 1)
+        self.assertAlmostEqual(m[("gpuguard_doctor_last_sample_timestamp_seconds", ())], time.time(), delta=60)
+        self.assertNotIn(("gpuguard_doctor_reap_targets", (("action", "terminated"),)), m)
+        self.assertEqual(os.listdir(out_dir), ["gpuguard.prom"], "the temporary file is renamed")
+        self.assertEqual(os.stat(prom).st_mode & 0o777, 0o644, "node_exporter may run as another user")
+
+        # Unwritable: a clear line, exit 3, nothing sampled, signalled or written.
+        with open(prom) as f:
+            before = f.read()
+        for bad, says in ((os.path.join(self.dir, "nvidia0", "x.prom"), "Not a directory"),
+                          (out_dir, "is a directory"),
+                          (os.path.join(self.dir, "no-such-dir", "x.prom"), "No such file or directory")):
+            with self.subTest(path=bad):
+                r = self.doctor("--reap", "--prometheus", bad, nvml=nvml)
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertEqual(r.stdout, "")
+                lines = r.stderr.splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith("gpuguard doctor: --prometheus: "), lines[0])
+                self.assertIn(says, lines[0])
+                self.assertTrue(alive(orphan), "--reap acted although --prometheus could not be written")
+        with open(prom) as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.listdir(out_dir), ["gpuguard.prom"])
+        r = self.doctor("--prometheus", "", prefix=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+        # With --reap: what it did; the later samples of --watch show the orphan gone.
+        r = self.doctor("--reap", "--grace", "2", "--prometheus", prom, nvml=nvml)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)   # the live holder remains
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_reap_targets", (("action", "terminated"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_reap_targets", (("action", "failed"),))], 0)
+        reaper.wait(timeout=10)
+        r = self.doctor("--prometheus", prom)   # no NVML: no memory figures
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_orphans", ())], 0)
+        self.assertEqual(m[("gpuguard_doctor_holders", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_nvml_available", ())], 0)
+        self.assertNotIn(("gpuguard_doctor_orphan_bytes", ()), m)
+
     def test_schema_rejects_what_it_should(self):
         if not HAVE_JSONSCHEMA:
             self.skipTest("jsonschema is not installed")
