@@ -8,6 +8,7 @@
 #include "proc.hpp"
 #include "doctor_reap.hpp"
 #include "doctor_report.hpp"
+#include "format.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -35,6 +38,7 @@ using namespace doctor;
 constexpr const char* help_text =
     "usage: gpuguard doctor [--json] [--watch SECONDS [--count N]] [--reap [--grace SECONDS]]\n"
     "                       [--pid PID[:START_TIME]]... [--device-prefix PATH] [--no-nvml]\n"
+    "                       [--prometheus FILE]\n"
     "\n"
     "Finds the processes that hold GPU memory, and says why they still do. Memory that 'stays after\n"
     "the job died' is held by a process that is still alive: a worker reparented to PID 1, a stopped\n"
@@ -47,9 +51,9 @@ constexpr const char* help_text =
     "  stopped          stopped by SIGSTOP/SIGTSTP or a tracer: keeps its memory\n"
     "  zombie           exited, not yet collected by its parent (seen through NVML or --pid)\n"
     "  uninterruptible  in D state: blocked in the kernel, often in the driver (exit stuck there)\n"
-    "  orphaned         alive, not a group or session leader, its process group has no live\n"
-    "                   leader and its parent is outside that group (PID 1 or a subreaper that\n"
-    "                   adopted it): the job that started it is gone\n"
+    "  orphaned         alive, reparented (to PID 1 or a subreaper), leads no group or session,\n"
+    "                   has no children, its group's live leader (if any) is not its ancestor,\n"
+    "                   and not detached on purpose (nohup, a daemon): its job is gone\n"
     "  not_visible      NVML lists the PID but it has no process here: a host PID seen from a\n"
     "                   container (or a PID that here names a process holding no device file)\n"
     "Per device it shows used memory, what processes account for, and the residue: used memory no\n"
@@ -74,6 +78,10 @@ constexpr const char* help_text =
     "  --device-prefix PATH   the device path prefix (default: $GPUGUARD_DEVICE_PREFIX, else\n"
     "                         /dev/nvidia); a file matches when its path starts with PATH\n"
     "  --no-nvml              do not load NVML\n"
+    "  --prometheus FILE      also write each sample's holders, orphans, per-device memory and\n"
+    "                         residue as Prometheus gauges (gpuguard_doctor_*) to FILE, through a\n"
+    "                         temporary file in its directory and a rename (node_exporter's\n"
+    "                         textfile collector: FILE ends in .prom)\n"
     "  -h, --help             this help\n"
     "\n"
     "environment:\n"
@@ -109,6 +117,7 @@ struct options {
   std::vector<named_pid> pids;
   std::string prefix;
   bool no_nvml = false;
+  std::string prometheus;  ///< --prometheus FILE; "" when not asked
 };
 
 bool parse_seconds(const std::string& text, double& out, double min, double max) {
@@ -171,7 +180,8 @@ int parse_args(int argc, char** argv, options& o) {
       inline_value = true;
     }
     const bool takes_value =
-        name == "--watch" || name == "--count" || name == "--grace" || name == "--pid" || name == "--device-prefix";
+        name == "--watch" || name == "--count" || name == "--grace" || name == "--pid" || name == "--device-prefix" ||
+        name == "--prometheus";
     if (!takes_value) {
       if (inline_value && (name == "--json" || name == "--reap" || name == "--no-nvml")) {
         return usage_error("option '" + name + "' takes no value");
@@ -222,6 +232,12 @@ int parse_args(int argc, char** argv, options& o) {
           std::any_of(o.pids.begin(), o.pids.end(), [&p](const named_pid& q) { return q.pid == p.pid; });
       if (duplicate) { return usage_error("option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
       o.pids.push_back(p);
+    } else if (name == "--prometheus") {
+      if (!o.prometheus.empty()) { return usage_error("option '--prometheus' given twice"); }
+      if (value.empty() || value.back() == '/') {
+        return usage_error("option '--prometheus' needs a file name, got '" + value + "'");
+      }
+      o.prometheus = value;
     } else {  // --device-prefix
       if (have_prefix) { return usage_error("option '--device-prefix' given twice"); }
       if (value.empty() || value[0] != '/') {
@@ -274,6 +290,13 @@ std::string pid_namespace() {
   const ssize_t n = ::readlink("/proc/self/ns/pid", buffer, sizeof buffer - 1);
   if (n <= 0) { return ""; }
   return std::string(buffer, static_cast<std::size_t>(n));
+}
+
+// Whether this process may signal `p` (kill(2): root, or the same real or effective UID as the
+// target's real UID). Unknown UIDs are not assumed to be signallable.
+bool may_signal(const process_info& p) {
+  if (::geteuid() == 0) { return true; }
+  return p.uid && (*p.uid == ::getuid() || *p.uid == ::geteuid());
 }
 
 holder make_holder(process_info info) {
@@ -353,7 +376,18 @@ sample take_sample(const options& o, const nvml_session& nvml, const std::string
   for (auto& [pid, h] : by_pid) {
     const bool here = h.info.exists && !h.pid_names_other;
     h.holds = !h.info.devices.empty() || !h.memory.empty();
-    h.verdict = classify(here ? &h.info.stat : nullptr, h.info.effective_state, scan.table);
+    process_facts facts;
+    if (here) {
+      facts.command = h.info.command;
+      facts.sighup_ignored = h.info.sighup_ignored;
+      facts.cwd = h.info.cwd;
+      facts.cgroup = h.info.cgroup;
+      if (h.info.stat.pgid != pid) { facts.leader_cgroup = read_cgroup(proc_root, h.info.stat.pgid); }
+    }
+    h.verdict = classify(here ? &h.info.stat : nullptr, h.info.effective_state, scan.table, here ? &facts : nullptr);
+    if (here && h.info.uid && !may_signal(h.info)) {
+      h.verdict.why += "; it belongs to UID " + std::to_string(*h.info.uid) + ", which this user may not signal";
+    }
     if (h.pid_names_other) {
       h.verdict.why = "PID " + std::to_string(pid) + " here is " + h.info.stat.comm + ", which holds no file under " +
                       o.prefix + ": NVML's PID is from another PID namespace (the host's), so the process it means "
@@ -427,6 +461,12 @@ void reap_sample(sample& s, const options& o) {
       h.reap = reap_outcome{"skipped", {}, "not a process of this PID namespace: cannot be signalled from here"};
     } else if (h.verdict.cls == holder_class::zombie) {
       h.reap = reap_outcome{"skipped", {}, "a zombie cannot be signalled: its parent must collect it"};
+    } else if (!may_signal(h.info)) {
+      h.reap = reap_outcome{"skipped", {},
+                            "another user's process" +
+                                (h.info.uid ? " (UID " + std::to_string(*h.info.uid) + ")" : std::string()) +
+                                ": this user has no permission to signal it, so it was not signalled (run as root "
+                                "or as its owner)"};
     } else if (!s.reap->unavailable.empty()) {
       h.reap = reap_outcome{"failed", {}, "pidfds unavailable (" + s.reap->unavailable + "): not signalled"};
     } else {
@@ -461,6 +501,26 @@ void interruptible_sleep(double seconds) {
   }
 }
 
+// Whether --prometheus FILE can be written, checked before anything is sampled or signalled: its
+// temporary file can be created (then removed) in FILE's directory, and FILE is not a directory.
+// Returns "" when it can, else the reason.
+std::string prometheus_unwritable(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) { return "'" + path + "' is a directory"; }
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) { return "cannot create '" + temp + "': " + std::strerror(errno); }
+  ::close(fd);
+  ::unlink(temp.c_str());
+  return {};
+}
+
+double unix_time_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
 bool emit(const std::string& text) {
   return std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0;
 }
@@ -470,6 +530,13 @@ bool emit(const std::string& text) {
 int doctor_main(int argc, char** argv) {
   options o;
   if (const int rc = parse_args(argc, argv, o); rc >= 0) { return rc; }
+
+  if (!o.prometheus.empty()) {
+    if (const std::string why = prometheus_unwritable(o.prometheus); !why.empty()) {
+      std::fprintf(stderr, "gpuguard doctor: --prometheus: %s; nothing was sampled or signalled\n", why.c_str());
+      return exit_error;
+    }
+  }
 
   const std::string library = nvml_library_name();
   nvml_session nvml;
@@ -520,6 +587,13 @@ int doctor_main(int argc, char** argv) {
     if (!emit(text)) {
       std::fprintf(stderr, "gpuguard doctor: cannot write to standard output: %s\n", std::strerror(errno));
       return exit_error;
+    }
+    if (!o.prometheus.empty()) {
+      const std::string why = gpuguard::detail::write_file_atomically(o.prometheus, render_prometheus(s, unix_time_s()));
+      if (!why.empty()) {
+        std::fprintf(stderr, "gpuguard doctor: --prometheus: %s\n", why.c_str());
+        return exit_error;
+      }
     }
     if (!first) { first = s; }
     previous = std::move(s);

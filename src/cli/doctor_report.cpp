@@ -4,8 +4,11 @@
 #include "format.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 
 namespace gpuguard::cli::doctor {
@@ -554,6 +557,138 @@ std::string render_watch_summary(const sample& last) {
            ")";
   }
   return out + "\n";
+}
+
+namespace {
+
+// A label value in the text exposition format: backslash, double quote and newline escaped.
+std::string prometheus_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size() + 2);
+  out += '"';
+  for (const char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+void prometheus_family(std::string& out, const char* name, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += " gauge\n";
+}
+
+void prometheus_value(std::string& out, const char* name, const std::string& labels, double value) {
+  char number[64];
+  std::snprintf(number, sizeof number, "%.17g", value);
+  out += name;
+  if (!labels.empty()) { out += "{" + labels + "}"; }
+  out += ' ';
+  out += number;
+  out += '\n';
+}
+
+}  // namespace
+
+std::string render_prometheus(const sample& s, double time_s) {
+  std::string out;
+  out.reserve(4096);
+  prometheus_family(out, "gpuguard_doctor_holders",
+                    "Listed processes that hold a GPU device (a device file open or mapped, or memory in NVML's "
+                    "process list).");
+  prometheus_value(out, "gpuguard_doctor_holders", "", s.holder_count);
+
+  prometheus_family(out, "gpuguard_doctor_holders_by_class",
+                    "Listed processes that hold a GPU device, by class (see gpuguard doctor --help).");
+  for (const holder_class c : {holder_class::running, holder_class::stopped, holder_class::zombie,
+                               holder_class::uninterruptible, holder_class::orphaned, holder_class::not_visible}) {
+    const auto n = std::count_if(s.holders.begin(), s.holders.end(),
+                                 [c](const holder& h) { return h.holds && h.verdict.cls == c; });
+    prometheus_value(out, "gpuguard_doctor_holders_by_class", "class=" + prometheus_label(class_name(c)),
+                     static_cast<double>(n));
+  }
+
+  int orphans = 0;
+  std::optional<std::uint64_t> orphan_bytes;
+  for (const holder& h : s.holders) {
+    if (!h.holds || !h.verdict.orphaned) { continue; }
+    ++orphans;
+    for (const gpu_memory_use& m : h.memory) {
+      if (m.bytes) { orphan_bytes = orphan_bytes.value_or(0) + *m.bytes; }
+    }
+  }
+  prometheus_family(out, "gpuguard_doctor_orphans",
+                    "Holders left behind by a dead job (class orphaned): what gpuguard doctor --reap ends.");
+  prometheus_value(out, "gpuguard_doctor_orphans", "", orphans);
+  if (s.nvml_available) {
+    prometheus_family(out, "gpuguard_doctor_orphan_bytes", "GPU memory NVML attributes to orphaned holders.");
+    prometheus_value(out, "gpuguard_doctor_orphan_bytes", "", static_cast<double>(orphan_bytes.value_or(0)));
+  }
+
+  prometheus_family(out, "gpuguard_doctor_nvml_available", "1 when NVML answered, else 0 (memory figures absent).");
+  prometheus_value(out, "gpuguard_doctor_nvml_available", "", s.nvml_available ? 1 : 0);
+  prometheus_family(out, "gpuguard_doctor_unreadable_processes",
+                    "Processes whose descriptors could not be read (another user's, without root).");
+  prometheus_value(out, "gpuguard_doctor_unreadable_processes", "", s.unreadable_processes);
+
+  struct device_metric {
+    const char* name;
+    const char* help;
+    std::optional<std::uint64_t> (*get)(const device_summary&);
+  };
+  const device_metric device_metrics[] = {
+      {"gpuguard_doctor_device_total_bytes", "Device memory, per NVML.",
+       [](const device_summary& d) { return d.nvml.total; }},
+      {"gpuguard_doctor_device_used_bytes", "Used device memory (the driver's reservation apart), per NVML.",
+       [](const device_summary& d) { return d.nvml.used; }},
+      {"gpuguard_doctor_device_process_bytes", "Device memory NVML attributes to processes of any PID namespace.",
+       [](const device_summary& d) -> std::optional<std::uint64_t> { return d.process_bytes; }},
+      {"gpuguard_doctor_device_residue_bytes",
+       "Used device memory no process visible in this PID namespace accounts for.",
+       [](const device_summary& d) { return d.residue_bytes; }},
+  };
+  for (const device_metric& m : device_metrics) {
+    if (s.devices.empty()) { break; }
+    prometheus_family(out, m.name, m.help);
+    for (const device_summary& d : s.devices) {
+      const std::optional<std::uint64_t> v = m.get(d);
+      if (!v) { continue; }
+      prometheus_value(out, m.name,
+                       "device=" + prometheus_label(std::to_string(d.nvml.index)) + ",name=" + prometheus_label(d.nvml.name),
+                       static_cast<double>(*v));
+    }
+  }
+
+  if (s.reap) {
+    prometheus_family(out, "gpuguard_doctor_reap_targets",
+                      "What --reap did to its targets in this run, by action (terminated, killed, gone, refused, "
+                      "survived, failed, skipped).");
+    for (const char* action : {"terminated", "killed", "gone", "refused", "survived", "failed", "skipped"}) {
+      const auto n = std::count_if(s.holders.begin(), s.holders.end(),
+                                   [action](const holder& h) { return h.reap && h.reap->action == action; });
+      prometheus_value(out, "gpuguard_doctor_reap_targets", "action=" + prometheus_label(action),
+                       static_cast<double>(n));
+    }
+  }
+
+  prometheus_family(out, "gpuguard_doctor_exit_status",
+                    "The doctor's exit status for this sample: 0 no holder, 1 holders, 3 it could not do its job.");
+  prometheus_value(out, "gpuguard_doctor_exit_status", "", s.exit_status);
+  prometheus_family(out, "gpuguard_doctor_last_sample_timestamp_seconds", "Unix time of this sample.");
+  prometheus_value(out, "gpuguard_doctor_last_sample_timestamp_seconds", "", time_s);
+  return out;
 }
 
 }  // namespace gpuguard::cli::doctor

@@ -111,6 +111,12 @@ int exit_status_of(const sample& s);
 /// The sample as one line of JSON (schema gpuguard.doctor, version 1), newline included.
 std::string render_json(const sample& s);
 
+/// The sample in Prometheus' text exposition format (gpuguard_doctor_* gauges, `_bytes` units),
+/// for node_exporter's textfile collector: holders, holders by class, orphans and their NVML
+/// memory, per-device memory and residue from NVML, and what --reap did. `time_s` is the sample's
+/// Unix time. See docs/doctor.md ("--prometheus").
+std::string render_prometheus(const sample& s, double time_s);
+
 /// The sample as the table people read.
 std::string render_text(const sample& s);
 

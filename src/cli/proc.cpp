@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -110,6 +111,20 @@ bool has_live_thread(pid_t pid) {
     if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z' && stat[close + 2] != 'X') {
       return true;
     }
+  }
+  return false;
+}
+
+// Alive: not a zombie, or a zombie leader whose other threads still run.
+bool is_live(const proc_stat& s) noexcept { return !is_dead_state(s.state) || s.num_threads > 1; }
+
+// Whether `ancestor` is on the parent chain that starts at `pid` (bounded: /proc is read racily).
+bool is_ancestor(const process_table& table, int ancestor, int pid) {
+  for (int steps = 0; pid > 0 && steps < 4096; ++steps) {
+    if (pid == ancestor) { return true; }
+    const auto it = table.find(pid);
+    if (it == table.end() || it->second.ppid == pid) { return false; }
+    pid = it->second.ppid;
   }
   return false;
 }
@@ -259,6 +274,12 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
       if (key == "Uid" && !values.empty()) {
         std::uint32_t uid = 0;
         if (parse_number(values[0], uid)) { info.uid = uid; }
+      } else if (key == "SigIgn" && values.size() == 1) {
+        // A hexadecimal mask: bit N-1 is signal N; SIGHUP is 1.
+        std::uint64_t mask = 0;
+        const auto [end, ec] =
+            std::from_chars(values[0].data(), values[0].data() + values[0].size(), mask, 16);
+        if (ec == std::errc() && end == values[0].data() + values[0].size()) { info.sighup_ignored = (mask & 1U) != 0; }
       } else if (key == "NSpid") {
         for (const std::string_view v : values) {
           int n = 0;
@@ -269,10 +290,34 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
   }
   if (info.ns_pids.empty()) { info.ns_pids.push_back(pid); }
 
+  info.cwd = read_link(dir + "/cwd").value_or(std::string());
+  info.cgroup = read_cgroup(proc_root, pid);
+
   device_scan scan = scan_device_files(task_dir, prefix);
   info.fds_readable = scan.fds_readable;
   if (info.fds_readable) { info.devices = std::move(scan.uses); }
   return info;
+}
+
+std::string read_cgroup(const std::string& proc_root, int pid) {
+  const std::optional<std::string> text = read_text(proc_root + "/" + std::to_string(pid) + "/cgroup", 65536);
+  if (!text) { return {}; }
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const std::size_t newline = rest.find('\n');
+    const std::string_view line = rest.substr(0, newline);
+    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+    // cgroup v2's line is "0::PATH" (on a hybrid mount, beside the v1 hierarchies' lines).
+    if (line.size() > 3 && line.substr(0, 3) == "0::") { return std::string(line.substr(3)); }
+  }
+  return {};
+}
+
+bool is_multiprocessing_child(std::string_view command) noexcept {
+  constexpr std::string_view markers[] = {"spawn_main", "--multiprocessing-fork", "multiprocessing.forkserver",
+                                          "multiprocessing.resource_tracker", "multiprocessing.spawn"};
+  return std::any_of(std::begin(markers), std::end(markers),
+                     [command](std::string_view m) { return command.find(m) != std::string_view::npos; });
 }
 
 scan_result scan_processes(const std::string& proc_root, const std::string& prefix, int self) {
@@ -312,7 +357,7 @@ const char* class_name(holder_class c) noexcept {
   return "running";
 }
 
-classification classify(const proc_stat* p, char state, const process_table& table) {
+classification classify(const proc_stat* p, char state, const process_table& table, const process_facts* facts) {
   classification c;
   if (p == nullptr) {
     c.cls = holder_class::not_visible;
@@ -334,32 +379,90 @@ classification classify(const proc_stat* p, char state, const process_table& tab
   }
   const bool exiting = (p->flags & pf_exiting) != 0;
 
-  // The orphan rule (see the header and docs/doctor.md).
+  // The orphan rule (see the header and docs/doctor.md): each test below names the evidence, and
+  // the first that keeps the process from being called orphaned is what its "why" says.
   const bool leads_group = p->pgid == p->pid;
   const bool leads_session = p->sid == p->pid;
   const auto leader = table.find(p->pgid);
-  // A leader whose main thread exited while other threads run (Z with more than one thread) is alive.
-  const bool leader_alive = leader != table.end() && leader->second.pgid == p->pgid &&
-                            (!is_dead_state(leader->second.state) || leader->second.num_threads > 1);
+  const bool leader_alive = leader != table.end() && leader->second.pgid == p->pgid && is_live(leader->second);
   const auto parent_it = table.find(p->ppid);
   const bool parent_in_group = parent_it != table.end() && parent_it->second.pgid == p->pgid;
-  const bool orphan = p->pid != 1 && !exiting && !leads_group && !leads_session && !leader_alive && !parent_in_group;
+  // A job-control shell starts each member of a pipeline itself, in the job's group but outside
+  // it: a live parent that leads the process's own session is its starter, not an adopter.
+  const bool parent_is_session_shell = p->ppid > 1 && parent_it != table.end() && !parent_in_group &&
+                                       parent_it->second.pid == p->sid && parent_it->second.sid == p->sid &&
+                                       is_live(parent_it->second);
+  int live_child = 0;
+  for (const auto& [pid, e] : table) {
+    if (e.ppid == p->pid && pid != p->pid && is_live(e)) {
+      live_child = pid;
+      break;
+    }
+  }
+  const bool leader_is_ancestor = leader_alive && is_ancestor(table, p->pgid, p->ppid);
+  const bool cgroup_differs = facts != nullptr && leader_alive && !facts->cgroup.empty() &&
+                              !facts->leader_cgroup.empty() && facts->cgroup != facts->leader_cgroup;
+  const bool worker_hint = facts != nullptr && is_multiprocessing_child(facts->command);
+  const bool nohup = facts != nullptr && facts->sighup_ignored.value_or(false);
+  // A double-forked daemon: the session its first fork created has lost its leader, and it lives
+  // there alone (its own children are counted above), in "/" where daemon(3) leaves it.
+  const auto session_leader = table.find(p->sid);
+  const bool session_leader_alive = session_leader != table.end() && session_leader->second.sid == p->sid &&
+                                    is_live(session_leader->second);
+  bool alone_in_session = true;
+  for (const auto& [pid, e] : table) {
+    if (pid != p->pid && e.sid == p->sid && is_live(e)) {
+      alone_in_session = false;
+      break;
+    }
+  }
+  const bool daemon_shape = facts != nullptr && !session_leader_alive && alone_in_session && facts->cwd == "/";
 
+  const bool candidate = p->pid != 1 && !exiting && !leads_group && !leads_session && !parent_in_group &&
+                         !parent_is_session_shell && live_child == 0 && !leader_is_ancestor && !cgroup_differs;
+  const bool orphan = candidate && (worker_hint || (!nohup && !daemon_shape));
+
+  const std::string group = "process group " + std::to_string(p->pgid);
+  const std::string leader_text = leader_alive ? describe(table, p->pgid) : std::string();
   std::string lineage;
   if (orphan) {
     lineage = "its parent is " + parent + (p->ppid == 1 || p->ppid == 0 ? "" : ", which adopted it (a subreaper or an ancestor)") +
-              ", outside its process group " + std::to_string(p->pgid) +
-              ", and that group has no live leader: the job that started it is gone";
+              ", outside its " + group +
+              (leader_alive ? ", whose live leader, " + leader_text +
+                                  ", is not its ancestor (the launcher outlived the job)"
+                            : ", and that group has no live leader") +
+              "; it has no children of its own" +
+              (facts != nullptr && !facts->cgroup.empty() ? "; cgroup " + facts->cgroup : std::string()) +
+              (worker_hint ? "; its command line is a Python multiprocessing child's" : "") +
+              (nohup ? " (it ignores SIGHUP, inherited from a nohup'd parent)" : "") +
+              ": the job that started it is gone";
   } else if (p->pid == 1) {
     lineage = "it is PID 1 (init) of this PID namespace";
   } else if (leads_group || leads_session) {
     lineage = std::string("it leads its own process ") + (leads_session ? "session" : "group") +
               " (a service or a job's main process), with parent " + parent;
   } else if (parent_in_group) {
-    lineage = "its parent, " + parent + ", is alive in its process group " + std::to_string(p->pgid);
-  } else {
-    lineage = "its parent is " + parent + ", but its process group " + std::to_string(p->pgid) +
-              " still has a live leader (PID " + std::to_string(p->pgid) + "), so it is not called orphaned";
+    lineage = "its parent, " + parent + ", is alive in its " + group;
+  } else if (parent_is_session_shell) {
+    lineage = "its parent, " + parent + ", leads its session and started it (a job-control shell running a pipeline)";
+  } else if (live_child != 0) {
+    lineage = "its parent is " + parent + ", but it has live children of its own (" + describe(table, live_child) +
+              "): a job's main process, not a leftover worker";
+  } else if (leader_is_ancestor) {
+    lineage = "its parent is " + parent + ", but its " + group + " is led by its live ancestor " + leader_text +
+              ", so it is not called orphaned";
+  } else if (cgroup_differs) {
+    lineage = "its parent is " + parent + ", but its " + group + "'s live leader, " + leader_text +
+              ", is in another cgroup (" + facts->leader_cgroup + ", it is in " + facts->cgroup +
+              "): something moved it, so it is not called orphaned";
+  } else if (nohup) {
+    lineage = "its parent is " + parent + ", but it ignores SIGHUP (nohup): detached on purpose, its job may be alive, "
+              "so it is not called orphaned";
+  } else if (daemon_shape) {
+    lineage = "its parent is " + parent + ", but it is alone in a session whose leader is gone, in \"/\": a "
+              "double-forked daemon, so it is not called orphaned";
+  } else {  // exiting: the branches below say so
+    lineage = "its parent is " + parent + ", outside its " + group;
   }
 
   c.orphaned = orphan;

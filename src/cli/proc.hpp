@@ -78,6 +78,9 @@ struct process_info {
   std::vector<int> ns_pids;        ///< NSpid: this namespace's PID first, then nested namespaces'
   std::vector<device_use> devices; ///< device files under the prefix it holds open or mapped
   bool fds_readable = false;       ///< its fd directory (and maps) could be read
+  std::optional<bool> sighup_ignored; ///< SIGHUP is in SigIgn of /proc/PID/status (nohup); nullopt: unknown
+  std::string cwd;                 ///< readlink /proc/PID/cwd; "" when unreadable (another user's process)
+  std::string cgroup;              ///< its cgroup v2 path ("0::" line of /proc/PID/cgroup); "" when unknown
 };
 
 /// The stat line of every process in the /proc tree, by PID: what classification looks at
@@ -111,6 +114,23 @@ enum class holder_class { running, stopped, zombie, uninterruptible, orphaned, n
 /// "running", "stopped", "zombie", "uninterruptible", "orphaned", "not_visible".
 const char* class_name(holder_class c) noexcept;
 
+/// What the orphan rule reads beyond the process table, about the process itself and its process
+/// group's leader. Unknown facts ("" or nullopt) never make a process orphaned.
+struct process_facts {
+  std::string command;                ///< its command line (arguments joined by spaces)
+  std::optional<bool> sighup_ignored; ///< SIGHUP ignored (nohup, or inherited from a nohup'd parent)
+  std::string cwd;                    ///< its working directory ("/" is what daemon(3) leaves)
+  std::string cgroup;                 ///< its cgroup v2 path
+  std::string leader_cgroup;          ///< the cgroup v2 path of its process group's live leader
+};
+
+/// True when `command` is a Python multiprocessing child or helper (spawn_main, the forkserver,
+/// the resource tracker): a process that some other Python process started for its own work.
+bool is_multiprocessing_child(std::string_view command) noexcept;
+
+/// The cgroup v2 path of a process ("0::" line of /proc_root/PID/cgroup); "" when gone or unknown.
+std::string read_cgroup(const std::string& proc_root, int pid);
+
 struct classification {
   holder_class cls = holder_class::running;
   bool orphaned = false; ///< the orphan rule holds (what --reap acts on)
@@ -120,11 +140,16 @@ struct classification {
 
 /// Classifies a process. `p` is null for a PID with no /proc entry (NVML's host PID seen from a
 /// container). `state` is the process's effective state (a live thread's when the main thread
-/// exited). The orphan rule: the process is alive and not exiting, is not PID 1, leads neither its
-/// process group nor its session, its process group has no live leader (no non-zombie process
-/// whose PID is the group ID and whose group is that group), and its parent is not a member of its
-/// process group (the parent is PID 1, a subreaper, or outside this namespace).
-classification classify(const proc_stat* p, char state, const process_table& table);
+/// exited); `facts` what is known beyond the table (null: nothing). The orphan rule (docs/doctor.md,
+/// "The orphan rule"): the process is alive and not exiting, is not PID 1, leads neither its
+/// process group nor its session; it was reparented (its parent is PID 1, outside this namespace,
+/// or a subreaper outside its process group that does not lead its session); it has no live
+/// children of its own; its process group's live leader, if any, is not its ancestor and is in its
+/// cgroup (when both are known); and it does not look detached on purpose: it does not ignore
+/// SIGHUP (nohup), and it is not alone in a session whose leader is gone with "/" as its working
+/// directory (a double-forked daemon), unless its command line is a Python multiprocessing child's.
+classification classify(const proc_stat* p, char state, const process_table& table,
+                        const process_facts* facts = nullptr);
 
 /// Reads /proc_root/PID/stat again; nullopt when the process is gone or unreadable.
 std::optional<proc_stat> read_stat(const std::string& proc_root, int pid);

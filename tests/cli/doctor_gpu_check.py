@@ -5,6 +5,11 @@ machines have tests/cli/doctor_test.py with fake devices and a fake NVML):
   - a trainer started as its own job spawns a worker (multiprocessing, spawn) that holds 1 GiB;
     the trainer is kill -9ed: the worker must be classified orphaned, with NVML memory >= 1 GiB and
     /dev/nvidia* descriptors
+  - a DataLoader-shaped job started from a script without job control (bash -c, as Slurm batch
+    scripts, CI and Docker entrypoints start jobs): two forked workers hold 512 MiB each through
+    torch; the main process is kill -9ed while the script lives on as their process group's leader:
+    the workers must be classified orphaned and --reap must give their memory back per NVML, the
+    script untouched
   - a live CUDA process (child of this script) is running, then stopped after SIGSTOP
   - --reap ends the orphan and leaves the live one; --watch shows the memory come back
   - --reap --pid ends the live one
@@ -52,6 +57,103 @@ TRAINER = textwrap.dedent("""
         print(q.get(), flush=True)
         time.sleep(600)
 """)
+
+
+# A job's main process with two DataLoader-like workers (fork, as DataLoader's default on Linux:
+# their command line is the main process's, no multiprocessing hint): each allocates 512 MiB
+# through torch; the main process prints its PID and the workers' and waits. CUDA is initialised in
+# the workers only (a forked child cannot use its parent's CUDA context).
+JOB = textwrap.dedent("""
+    import multiprocessing as mp, os, time
+    import torch
+    def worker(q):
+        x = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        q.put(os.getpid())
+        time.sleep(600)
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        workers = [ctx.Process(target=worker, args=(q,)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        pids = sorted(q.get() for _ in workers)
+        print(os.getpid(), *pids, flush=True)
+        time.sleep(600)
+""")
+
+
+def start_time(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[19]) if fields[0] not in ("Z", "X") else None
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[1])
+
+
+def check_job_from_a_script(workdir):
+    """Shape (a): the job started from bash -c without job control, main kill -9ed."""
+    job_file = os.path.join(workdir, "job.py")
+    with open(job_file, "w") as f:
+        f.write(JOB)
+    # The script leads its session and group (as a batch script does) and outlives the job.
+    script = subprocess.Popen(["bash", "-c", f"{sys.executable} {job_file}; sleep 600"], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True, cwd=workdir)
+    main, *workers = (int(x) for x in script.stdout.readline().split())
+    identities = {w: start_time(w) for w in workers}
+    try:
+        time.sleep(0.5)
+        rc, docs, err = doctor()
+        before = docs[0]
+        for w in workers:
+            h = holder(before, w)
+            check(h is not None and h["class"] == "running" and not h["orphaned"],
+                  f"script job: worker {w} of a live main process is running", h and h["why"])
+        used_before = before["devices"][0]["used_bytes"]
+        os.kill(main, signal.SIGKILL)
+        deadline = time.monotonic() + 10   # until the workers are reparented
+        while time.monotonic() < deadline and any(parent_of(w) == main for w in workers):
+            time.sleep(0.05)
+        rc, docs, err = doctor()
+        doc = docs[0]
+        print("script job after kill -9 of the main process:", json.dumps([holder(doc, w) for w in workers], indent=1))
+        for w in workers:
+            h = holder(doc, w)
+            check(h is not None and h["class"] == "orphaned", f"script job: worker {w} is orphaned", h and h["why"])
+            check(h is not None and h["pgid"] == script.pid, "script job: the live script still leads its group",
+                  h and h["pgid"])
+            check(h is not None and (h["gpu_memory_bytes"] or 0) >= 512 << 20,
+                  f"script job: NVML attributes >= 512 MiB to worker {w}", h and h["gpu_memory"])
+        rc, docs, err = doctor("--reap", "--grace", "5", "--watch", "0.2", "--count", "10")
+        for w in workers:
+            h = holder(docs[0], w)
+            check(h is not None and h["reap"] is not None and h["reap"]["action"] in ("terminated", "killed"),
+                  f"script job: --reap ends worker {w}", h and h["reap"])
+        check(all(holder(docs[-1], w) is None for w in workers), "script job: the workers leave NVML's list",
+              [h["pid"] for h in docs[-1]["holders"]])
+        used_after = docs[-1]["devices"][0]["used_bytes"]
+        check(used_before - used_after >= (1 << 30) * 0.9, "script job: about 1 GiB came back per NVML",
+              (used_before, used_after))
+        check(script.poll() is None, "script job: the script (a live group leader, no holder) was not signalled")
+        print(f"script job: used {used_before} -> {used_after}")
+    finally:
+        for w, t in identities.items():
+            if t is not None and start_time(w) == t:
+                os.kill(w, signal.SIGKILL)
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+        script.wait()
 
 
 def check(ok, what, detail=""):
@@ -159,6 +261,8 @@ def main():
     print("zombie:", json.dumps(h))
     check(h is not None and h["class"] == "zombie", "an uncollected CUDA process is a zombie", h and h["class"])
     z.wait()
+
+    check_job_from_a_script(os.path.dirname(trainer_file))
 
     rc, docs, err = doctor()
     print("after:", json.dumps({"holder_count": docs[0]["holder_count"], "residue_bytes": docs[0]["residue_bytes"],

@@ -148,7 +148,9 @@ TEST(doctor_classify, a_worker_reparented_to_init_after_its_job_died_is_orphaned
 }
 
 TEST(doctor_classify, a_worker_adopted_by_a_subreaper_is_orphaned) {
-  const process_table t = table_of({entry(1, 0, 1, 1), entry(50, 1, 50, 50), entry(100, 50, 90, 50)});
+  // The subreaper (50) is in the worker's session but does not lead it: a parent that leads the
+  // session is a job-control shell that started the process (see the pipeline case below).
+  const process_table t = table_of({entry(1, 0, 1, 1), entry(50, 1, 50, 40), entry(100, 50, 90, 40)});
   const classification c = classify_in(t, 100);
   EXPECT_EQ(c.cls, holder_class::orphaned);
   EXPECT_NE(c.why.find("PID 50"), std::string::npos) << c.why;
@@ -162,11 +164,99 @@ TEST(doctor_classify, a_group_leader_that_is_a_zombie_or_a_reused_pid_does_not_k
   // PID 90 now names a process of another group: not the leader.
   const process_table r = table_of({entry(1, 0, 1, 1), entry(90, 1, 95, 95), entry(100, 1, 90, 80)});
   EXPECT_EQ(classify_in(r, 100).cls, holder_class::orphaned);
-  // A leader whose main thread exited while its other threads run is alive: the job goes on.
+  // A leader whose main thread exited while its other threads run is alive: here it is the
+  // ancestor (through a subreaper 95 of its own) of 100, so the job goes on ...
   proc_stat threads_left = entry(90, 1, 90, 90, 'Z');
   threads_left.num_threads = 3;
-  const process_table m = table_of({entry(1, 0, 1, 1), threads_left, entry(100, 1, 90, 90)});
+  const process_table m =
+      table_of({entry(1, 0, 1, 1), threads_left, entry(95, 90, 95, 90), entry(100, 95, 90, 90)});
   EXPECT_FALSE(classify_in(m, 100).orphaned);
+  EXPECT_NE(classify_in(m, 100).why.find("led by its live ancestor PID 90"), std::string::npos)
+      << classify_in(m, 100).why;
+  // ... while a leader that is a zombie with no thread left is not alive, ancestor or not.
+  const process_table dead =
+      table_of({entry(1, 0, 1, 1), entry(90, 1, 90, 90, 'Z'), entry(95, 90, 95, 90), entry(100, 95, 90, 90)});
+  EXPECT_TRUE(classify_in(dead, 100).orphaned) << classify_in(dead, 100).why;
+}
+
+TEST(doctor_classify, a_worker_of_a_killed_job_whose_launching_script_lives_is_orphaned) {
+  // A script without job control (90, leading group and session) started the job's main process in
+  // its own group; the main process was SIGKILLed, its worker 100 went to PID 1. The script still
+  // leads the group, but it is not the worker's ancestor: the process group is not the job.
+  const process_table t = table_of({entry(1, 0, 1, 1), entry(90, 1, 90, 90), entry(100, 1, 90, 90)});
+  classification c = classify_in(t, 100);
+  EXPECT_TRUE(c.orphaned) << c.why;
+  EXPECT_NE(c.why.find("whose live leader, PID 90 (p90), is not its ancestor"), std::string::npos) << c.why;
+  // The same with the facts the scan reads: the same cgroup as the script, a multiprocessing worker.
+  process_facts f;
+  f.command = "python3 -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7) "
+              "--multiprocessing-fork";
+  f.sighup_ignored = false;
+  f.cwd = "/home/me/job";
+  f.cgroup = f.leader_cgroup = "/slurm/uid_1000/job_42/step_batch";
+  c = classify(&t.at(100), 'S', t, &f);
+  EXPECT_TRUE(c.orphaned) << c.why;
+  EXPECT_NE(c.why.find("cgroup /slurm/uid_1000/job_42/step_batch"), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("multiprocessing child"), std::string::npos) << c.why;
+  // The group's live leader in another cgroup: something moved the process; not called orphaned.
+  f.leader_cgroup = "/system.slice/other.service";
+  c = classify(&t.at(100), 'S', t, &f);
+  EXPECT_FALSE(c.orphaned);
+  EXPECT_NE(c.why.find("another cgroup"), std::string::npos) << c.why;
+}
+
+TEST(doctor_classify, processes_detached_on_purpose_are_not_orphaned) {
+  // nohup'd by a script (group 90) that exited: the main process 100 went to PID 1 and has a live
+  // worker of its own: a job's main process.
+  const process_table job = table_of({entry(1, 0, 1, 1), entry(100, 1, 90, 80), entry(101, 100, 90, 80)});
+  EXPECT_FALSE(classify_in(job, 100).orphaned);
+  EXPECT_NE(classify_in(job, 100).why.find("live children of its own (PID 101"), std::string::npos)
+      << classify_in(job, 100).why;
+  EXPECT_FALSE(classify_in(job, 101).orphaned);
+  // A zombie child does not make a main process.
+  const process_table reaped = table_of({entry(1, 0, 1, 1), entry(100, 1, 90, 80), entry(101, 100, 90, 80, 'Z')});
+  EXPECT_TRUE(classify_in(reaped, 100).orphaned) << classify_in(reaped, 100).why;
+  // The same without children: SIGHUP ignored says nohup, so it is not called orphaned ...
+  const process_table alone = table_of({entry(1, 0, 1, 1), entry(100, 1, 90, 80)});
+  process_facts f;
+  f.command = "python3 train.py";
+  f.sighup_ignored = true;
+  classification c = classify(&alone.at(100), 'S', alone, &f);
+  EXPECT_FALSE(c.orphaned);
+  EXPECT_NE(c.why.find("ignores SIGHUP (nohup)"), std::string::npos) << c.why;
+  // ... unless it is a Python multiprocessing child, which inherited the mask from its dead parent.
+  f.command = "python3 -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)";
+  c = classify(&alone.at(100), 'S', alone, &f);
+  EXPECT_TRUE(c.orphaned) << c.why;
+  EXPECT_NE(c.why.find("ignores SIGHUP"), std::string::npos) << c.why;
+  // A double-forked daemon: alone in the session its first child created, in "/".
+  f = process_facts{};
+  f.command = "/usr/sbin/some-daemon";
+  f.sighup_ignored = false;
+  f.cwd = "/";
+  c = classify(&alone.at(100), 'S', alone, &f);
+  EXPECT_FALSE(c.orphaned);
+  EXPECT_NE(c.why.find("double-forked daemon"), std::string::npos) << c.why;
+  // Not alone in that session (a sibling survives too), or elsewhere than "/": a worker.
+  const process_table two = table_of({entry(1, 0, 1, 1), entry(100, 1, 90, 80), entry(102, 1, 90, 80)});
+  EXPECT_TRUE(classify(&two.at(100), 'S', two, &f).orphaned);
+  f.cwd = "/home/me/job";
+  EXPECT_TRUE(classify(&alone.at(100), 'S', alone, &f).orphaned);
+  // A pipeline member of a job-control shell (40 leads the session) whose first member, the group
+  // leader, has exited: the shell started it; not called orphaned.
+  const process_table pipeline = table_of({entry(1, 0, 1, 1), entry(40, 1, 40, 40), entry(100, 40, 90, 40)});
+  EXPECT_FALSE(classify_in(pipeline, 100).orphaned);
+  EXPECT_NE(classify_in(pipeline, 100).why.find("job-control shell"), std::string::npos)
+      << classify_in(pipeline, 100).why;
+}
+
+TEST(doctor_classify, multiprocessing_command_lines) {
+  EXPECT_TRUE(is_multiprocessing_child("python3 -c from multiprocessing.spawn import spawn_main; spawn_main(x)"));
+  EXPECT_TRUE(is_multiprocessing_child("python3 -c from multiprocessing.forkserver import main; main(3, 4)"));
+  EXPECT_TRUE(is_multiprocessing_child("python3 -c from multiprocessing.resource_tracker import main;main(5)"));
+  EXPECT_TRUE(is_multiprocessing_child("python3 -B -s --multiprocessing-fork"));
+  EXPECT_FALSE(is_multiprocessing_child("python3 train.py --workers 4"));
+  EXPECT_FALSE(is_multiprocessing_child(""));
 }
 
 TEST(doctor_classify, live_children_services_and_container_workers_are_not_orphaned) {
@@ -189,11 +279,12 @@ TEST(doctor_classify, live_children_services_and_container_workers_are_not_orpha
   // A container whose PID 1 is the trainer: its workers are in PID 1's group.
   const process_table container = table_of({entry(1, 0, 1, 1), entry(7, 1, 1, 1)});
   EXPECT_FALSE(classify_in(container, 7).orphaned);
-  // Reparented, but the group still has a live leader: not called orphaned, and the why says so.
-  const process_table led = table_of({entry(1, 0, 1, 1), entry(90, 1, 90, 90), entry(100, 1, 90, 90)});
+  // Reparented to PID 1, which leads its group and is its ancestor (a container whose PID 1 is
+  // the shell that runs the job): not called orphaned.
+  const process_table led = table_of({entry(1, 0, 1, 1), entry(50, 1, 1, 1), entry(100, 1, 1, 1)});
   const classification c = classify_in(led, 100);
   EXPECT_FALSE(c.orphaned);
-  EXPECT_NE(c.why.find("live leader"), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("alive in its process group 1"), std::string::npos) << c.why;
   // PID 1 itself.
   EXPECT_EQ(classify_in(container, 1).cls, holder_class::running);
   EXPECT_FALSE(classify_in(container, 1).orphaned);

@@ -11,6 +11,7 @@ usage: doctor_test.py GPUGUARD_BINARY FAKE_NVML_LIBRARY REPO_ROOT
 """
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -53,6 +54,7 @@ HOLDER = textwrap.dedent("""
 ORPHAN_MAKER = textwrap.dedent("""
     import ctypes, os, signal, sys, time
     mode, paths = sys.argv[1], sys.argv[2:]
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)   # as a job started normally
     if "subreaper" in mode:
         if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:   # PR_SET_CHILD_SUBREAPER
             sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
@@ -77,6 +79,51 @@ ORPHAN_MAKER = textwrap.dedent("""
     time.sleep(0.05)   # let the child set its signal disposition
     print(p, flush=True)
     os._exit(0)
+""")
+
+
+# A job's main process, as a training program is shaped: it restores SIGHUP's default unless told
+# "nohup" (a job started normally does not ignore it, whatever this test's caller does), opens the
+# device files, forks N workers that open them too (DataLoader workers), prints its PID and the
+# workers' on one line, then waits. Started by the shapes below: a script without job control, a
+# shell with job control, setsid, nohup.
+JOB_MAIN = textwrap.dedent("""
+    import os, signal, sys
+    nworkers, mode, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    if mode != "nohup":
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    files = [open(p, "r+b") for p in paths]
+    workers = []
+    for _ in range(nworkers):
+        w = os.fork()
+        if w == 0:
+            mine = [open(p, "r+b") for p in paths]
+            while True:
+                signal.pause()
+        workers.append(w)
+    print(os.getpid(), *workers, flush=True)
+    while True:
+        signal.pause()
+""")
+
+# A double-forked daemon (daemon(3), python-daemon): fork, setsid, fork again so that it leads
+# nothing, chdir("/"), hold the device files; the first two exit. Prints the daemon's PID.
+DAEMON = textwrap.dedent("""
+    import os, signal, sys
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.chdir("/")
+            files = [open(p, "r+b") for p in sys.argv[1:]]
+            os.write(w, str(os.getpid()).encode())
+            os.close(w)
+            while True:
+                signal.pause()
+        os._exit(0)
+    os.close(w)
+    print(os.read(r, 64).decode(), flush=True)
 """)
 
 
@@ -185,7 +232,7 @@ class doctor_test(unittest.TestCase):
         """Returns (orphan PID, subreaper Popen or None)."""
         new_session = "subreaper" not in mode
         maker = subprocess.Popen([sys.executable, "-c", ORPHAN_MAKER, mode, *self.devices],
-                                 stdout=subprocess.PIPE, text=True, start_new_session=new_session)
+                                 stdout=subprocess.PIPE, text=True, start_new_session=new_session, cwd=self.dir)
         self.children.append(maker)
         reaper = None
         if "subreaper" in mode:
@@ -199,6 +246,29 @@ class doctor_test(unittest.TestCase):
         wait_for(lambda: read_stat(orphan)[1] not in (0,) and read_stat(orphan)[1] != read_stat(orphan)[2]
                  and (reaper is None or read_stat(orphan)[1] == reaper), "the orphan to be reparented")
         return orphan, (maker if reaper is not None else None)
+
+    def start_job(self, shell_command, nworkers=2, mode="plain", **popen):
+        """Runs `shell_command` under bash -c in a new session (as Slurm, CI and Docker start a
+        batch script), with $MAIN expanded to the job's main process (JOB_MAIN with `nworkers`
+        workers); returns (script Popen, main PID, worker PIDs). Every PID is ended by tearDown."""
+        main_py = os.path.join(self.dir, "main.py")
+        with open(main_py, "w") as f:
+            f.write(JOB_MAIN)
+        env = dict(os.environ, MAIN=" ".join(
+            map(shlex.quote, [sys.executable, main_py, str(nworkers), mode, *self.devices])))
+        script = subprocess.Popen(["bash", "-c", shell_command], stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True, cwd=self.dir, env=env, **popen)
+        self.children.append(script)
+        pids = [int(x) for x in script.stdout.readline().split()]
+        self.assertEqual(len(pids), 1 + nworkers, pids)
+        for pid in pids:
+            self.orphans.append((pid, read_stat(pid)[3]))
+        return script, pids[0], pids[1:]
+
+    def kill_main(self, main, workers):
+        """SIGKILLs a job's main process and waits until its workers are reparented."""
+        os.kill(main, signal.SIGKILL)
+        wait_for(lambda: all(read_stat(w)[1] != main for w in workers), "the workers to be reparented")
 
     # --- tests ----------------------------------------------------------------------------------
 
@@ -505,6 +575,225 @@ class doctor_test(unittest.TestCase):
         self.assertIsNone(docs[-1]["reap"], "reaps after the first sample only")
         self.assertEqual((docs[-1]["watch"]["holders_first"], docs[-1]["watch"]["holders_last"]), (1, 0))
         reaper.wait(timeout=10)
+
+    # --- the shapes a job is started in -------------------------------------------------------
+
+    def test_job_from_a_script_without_job_control_main_killed(self):
+        # As Slurm batch scripts, CI and Docker entrypoints run a job: the main process is in the
+        # script's process group, and the script lives on after it (here: sleeps).
+        script, main, workers = self.start_job("$MAIN; sleep 600")
+        self.assertEqual(read_stat(main)[2], script.pid, "the main process is in the script's group")
+        doc = self.doctor_json(expect=1)
+        self.assertEqual(self.holder_of(doc, main)["class"], "running")
+        for w in workers:
+            self.assertFalse(self.holder_of(doc, w)["orphaned"], "a live job's worker")
+        self.kill_main(main, workers)
+        self.assertEqual(read_stat(workers[0])[2], script.pid, "the script still leads the workers' group")
+        doc = self.doctor_json(expect=1)
+        for w in workers:
+            h = self.holder_of(doc, w)
+            self.assertEqual(h["class"], "orphaned", h["why"])
+            self.assertIn(f"whose live leader, PID {script.pid} (", h["why"])
+            self.assertIn("is not its ancestor", h["why"])
+        doc = self.doctor_json("--reap", "--grace", "2", expect=0)
+        self.assertEqual(sorted(h["pid"] for h in doc["holders"] if h["reap"]), sorted(workers))
+        for w in workers:
+            self.assertEqual(self.holder_of(doc, w)["reap"]["action"], "terminated")
+        wait_for(lambda: not any(alive(w) for w in workers), "the workers to end")
+        self.assertIsNone(script.poll(), "the script, a live group leader, was signalled")
+
+    def test_job_from_a_shell_with_job_control_main_killed(self):
+        # set -m: each job gets a process group of its own, led by its main process.
+        script, main, workers = self.start_job("set -m; $MAIN & wait; sleep 600")
+        self.assertEqual(read_stat(main)[2], main, "job control: the main process leads its group")
+        self.assertEqual(self.holder_of(self.doctor_json(expect=1), main)["class"], "running")
+        self.kill_main(main, workers)
+        doc = self.doctor_json(expect=1)
+        for w in workers:
+            h = self.holder_of(doc, w)
+            self.assertEqual(h["class"], "orphaned", h["why"])
+            self.assertIn("that group has no live leader", h["why"])
+        doc = self.doctor_json("--reap", "--grace", "2", expect=0)
+        wait_for(lambda: not any(alive(w) for w in workers), "the workers to end")
+        self.assertIsNone(script.poll())
+
+    def test_job_started_with_setsid_main_killed(self):
+        # The script is the main process itself (exec), in a session of its own.
+        script, main, workers = self.start_job("exec $MAIN")
+        self.assertEqual(main, script.pid)
+        h = self.holder_of(self.doctor_json(expect=1), main)
+        self.assertEqual(h["class"], "running")
+        self.assertIn("leads its own process session", h["why"])
+        self.kill_main(main, workers)
+        script.wait(timeout=10)
+        doc = self.doctor_json(expect=1)
+        for w in workers:
+            self.assertEqual(self.holder_of(doc, w)["class"], "orphaned", self.holder_of(doc, w)["why"])
+        self.doctor_json("--reap", "--grace", "2", expect=0)
+        wait_for(lambda: not any(alive(w) for w in workers), "the workers to end")
+
+    def test_a_nohup_live_job_whose_script_exited_is_not_orphaned(self):
+        # The script starts the job with nohup in the background and exits: the job's main process
+        # goes to init, outside a process group with no leader: what the rule once called orphaned.
+        script, main, workers = self.start_job("nohup $MAIN > nohup.out 2>&1 & sleep 0.2; cat nohup.out",
+                                               mode="nohup")
+        script.wait(timeout=10)
+        wait_for(lambda: read_stat(main)[1] != script.pid, "the main process to be reparented")
+        alone, alone_main, _ = self.start_job("nohup $MAIN > alone.out 2>&1 & sleep 0.2; cat alone.out",
+                                              nworkers=0, mode="nohup")
+        alone.wait(timeout=10)
+        wait_for(lambda: read_stat(alone_main)[1] != alone.pid, "the lone job to be reparented")
+        doc = self.doctor_json(expect=1)
+        h = self.holder_of(doc, main)
+        self.assertEqual(h["class"], "running", h["why"])
+        self.assertIn("live children of its own", h["why"])
+        for w in workers:
+            self.assertEqual(self.holder_of(doc, w)["class"], "running")
+        h = self.holder_of(doc, alone_main)
+        self.assertEqual(h["class"], "running", h["why"])
+        self.assertIn("ignores SIGHUP (nohup)", h["why"])
+        doc = self.doctor_json("--reap", "--grace", "0.5", expect=1)
+        self.assertEqual([h["pid"] for h in doc["holders"] if h["reap"]], [])
+        time.sleep(0.2)
+        self.assertTrue(all(alive(p) for p in [main, alone_main, *workers]), "--reap signalled a live job")
+
+    def test_a_double_forked_daemon_is_not_orphaned(self):
+        maker = subprocess.Popen([sys.executable, "-c", DAEMON, *self.devices], stdout=subprocess.PIPE, text=True,
+                                 cwd=self.dir)
+        self.children.append(maker)
+        daemon = int(maker.stdout.readline())
+        self.orphans.append((daemon, read_stat(daemon)[3]))
+        maker.wait(timeout=10)
+        wait_for(lambda: read_stat(daemon)[1] != maker.pid, "the daemon to be reparented")
+        _, _, pgid, _ = read_stat(daemon)
+        self.assertNotEqual(pgid, daemon, "it leads nothing")
+        h = self.holder_of(self.doctor_json(expect=1), daemon)
+        self.assertEqual(h["class"], "running", h["why"])
+        self.assertIn("double-forked daemon", h["why"])
+        doc = self.doctor_json("--reap", "--grace", "0.5", expect=1)
+        self.assertIsNone(self.holder_of(doc, daemon)["reap"])
+        time.sleep(0.2)
+        self.assertTrue(alive(daemon), "--reap signalled a daemon")
+
+    def test_another_users_orphan_is_never_signalled(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run processes as two other users")
+        os.chmod(self.dir, 0o755)
+        for path in self.devices:
+            os.chmod(path, 0o666)
+        maker = None
+        for python in (sys.executable, "/usr/bin/python3"):   # one that UID 65534 may run
+            try:
+                maker = subprocess.Popen([python, "-c", ORPHAN_MAKER, "init", *self.devices], stdout=subprocess.PIPE,
+                                         text=True, start_new_session=True, cwd=self.dir, user=65534, group=65534,
+                                         extra_groups=[])
+                break
+            except PermissionError:
+                continue
+        if maker is None:
+            self.skipTest("no Python interpreter that UID 65534 may run")
+        self.children.append(maker)
+        orphan = int(maker.stdout.readline())
+        self.orphans.append((orphan, read_stat(orphan)[3]))
+        maker.wait(timeout=10)
+        # Root sees it orphaned; UID 65533 cannot read its descriptors, so NVML's list names it.
+        self.assertEqual(self.holder_of(self.doctor_json(expect=1), orphan)["class"], "orphaned")
+        nvml = f"device 0 1000000000 0 600000000 Fake GPU\nprocess 0 {orphan} 500000000\n"
+        env = self.env(nvml)
+        r = subprocess.run([GPUGUARD, "doctor", "--json", "--device-prefix", self.prefix, "--reap", "--grace", "0.5"],
+                           capture_output=True, text=True, timeout=60, env=env, user=65533, group=65533,
+                           extra_groups=[])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        validate(self, doc)
+        h = self.holder_of(doc, orphan)
+        self.assertFalse(h["files_readable"])
+        self.assertIn("UID 65534, which this user may not signal", h["why"])
+        self.assertEqual(h["reap"]["action"], "skipped", h["reap"])
+        self.assertEqual(h["reap"]["signals"], [])
+        self.assertIn("no permission to signal it", h["reap"]["detail"])
+        time.sleep(0.2)
+        self.assertTrue(alive(orphan))
+
+    def test_prometheus_textfile(self):
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError:
+            self.skipTest("prometheus-client is not installed")
+        orphan, reaper = self.make_orphan("subreaper")
+        live = self.start_holder()
+        nvml = (f"device 0 150000000000 500000000 7000000000 Fake \"H200\"\n"
+                f"process 0 {orphan} 3000000000\nprocess 0 {live.pid} 1000000000\n")
+        out_dir = os.path.join(self.dir, "textfile")
+        os.mkdir(out_dir)
+        prom = os.path.join(out_dir, "gpuguard.prom")
+
+        def metrics():
+            with open(prom) as f:
+                text = f.read()
+            found = {}
+            for family in text_string_to_metric_families(text):
+                self.assertEqual(family.type, "gauge", family.name)
+                self.assertTrue(family.documentation, family.name)
+                for m in family.samples:
+                    found[(m.name, tuple(sorted(m.labels.items())))] = m.value
+            return found
+
+        r = self.doctor("--prometheus", prom, nvml=nvml)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_holders", ())], 2)
+        self.assertEqual(m[("gpuguard_doctor_orphans", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_orphan_bytes", ())], 3000000000)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "orphaned"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "running"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "stopped"),))], 0)
+        dev = (("device", "0"), ("name", 'Fake "H200"'))
+        self.assertEqual(m[("gpuguard_doctor_device_used_bytes", dev)], 7000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_total_bytes", dev)], 150000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_process_bytes", dev)], 4000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_residue_bytes", dev)], 3000000000)
+        self.assertEqual(m[("gpuguard_doctor_nvml_available", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_exit_status", ())], 1)
+        self.assertAlmostEqual(m[("gpuguard_doctor_last_sample_timestamp_seconds", ())], time.time(), delta=60)
+        self.assertNotIn(("gpuguard_doctor_reap_targets", (("action", "terminated"),)), m)
+        self.assertEqual(os.listdir(out_dir), ["gpuguard.prom"], "the temporary file is renamed")
+        self.assertEqual(os.stat(prom).st_mode & 0o777, 0o644, "node_exporter may run as another user")
+
+        # Unwritable: a clear line, exit 3, nothing sampled, signalled or written.
+        with open(prom) as f:
+            before = f.read()
+        for bad, says in ((os.path.join(self.dir, "nvidia0", "x.prom"), "Not a directory"),
+                          (out_dir, "is a directory"),
+                          (os.path.join(self.dir, "no-such-dir", "x.prom"), "No such file or directory")):
+            with self.subTest(path=bad):
+                r = self.doctor("--reap", "--prometheus", bad, nvml=nvml)
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertEqual(r.stdout, "")
+                lines = r.stderr.splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith("gpuguard doctor: --prometheus: "), lines[0])
+                self.assertIn(says, lines[0])
+                self.assertTrue(alive(orphan), "--reap acted although --prometheus could not be written")
+        with open(prom) as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.listdir(out_dir), ["gpuguard.prom"])
+        r = self.doctor("--prometheus", "", prefix=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+        # With --reap: what it did; the later samples of --watch show the orphan gone.
+        r = self.doctor("--reap", "--grace", "2", "--prometheus", prom, nvml=nvml)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)   # the live holder remains
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_reap_targets", (("action", "terminated"),))], 1)
+        self.assertEqual(m[("gpuguard_doctor_reap_targets", (("action", "failed"),))], 0)
+        reaper.wait(timeout=10)
+        r = self.doctor("--prometheus", prom)   # no NVML: no memory figures
+        m = metrics()
+        self.assertEqual(m[("gpuguard_doctor_orphans", ())], 0)
+        self.assertEqual(m[("gpuguard_doctor_holders", ())], 1)
+        self.assertEqual(m[("gpuguard_doctor_nvml_available", ())], 0)
+        self.assertNotIn(("gpuguard_doctor_orphan_bytes", ()), m)
 
     def test_schema_rejects_what_it_should(self):
         if not HAVE_JSONSCHEMA:
