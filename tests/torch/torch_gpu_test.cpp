@@ -138,14 +138,22 @@ TEST_F(torch_gpu, observe_exception_in_forward_leaves_allocated_memory_where_it_
 
 TEST_F(torch_gpu, observe_out_of_memory_is_torchs_error_and_the_ledger_counts_it) {
   gpuguard::torch::observe();
+  const auto kept = torch::empty({16 * mib}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
   const std::uint64_t start = ledger_live();
   bool caught = false;
+  testing::internal::CaptureStderr();
   try {
+    GPUGUARD_OP("forward");
     static_cast<void>(torch::empty({std::int64_t{1} << 40}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8)));
   } catch (const c10::OutOfMemoryError&) {
     caught = true;
   }
+  const std::string report = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(caught) << "1 TiB was not refused as PyTorch's OutOfMemoryError";
+  // gpuguard's report, before PyTorch's error: what was asked, the open scope, what is live.
+  EXPECT_NE(report.find("OUT OF MEMORY"), std::string::npos) << report;
+  EXPECT_NE(report.find("in operation \"forward\""), std::string::npos) << report;
+  EXPECT_NE(report.find("largest sites"), std::string::npos) << report;
   EXPECT_EQ(gpuguard::torch::cache(device).out_of_memory, 1U);
   EXPECT_EQ(ledger_live(), start);
   auto after = torch::ones({16}, torch::kCUDA);  // the device still works
