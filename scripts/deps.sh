@@ -3,8 +3,8 @@
 # usage: scripts/deps.sh demo|test|lint
 #   demo  the build tools and Boost.Stacktrace's headers: what scripts/demo.sh needs (Debian)
 #   test  the demo's, plus GoogleTest, Google Benchmark, headless chromium for the report's browser
-#         test (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (about 1 GB
-#         for the CPU build's dependencies) for the LibTorch adapter and the Python process tests
+#         test (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (3.9 GB
+#         installed, with the CUDA libraries it pulls in) for the LibTorch adapter and the Python process tests
 #   lint  clang-tidy (Debian)
 # The CUDA toolkit (nvcc) is not a Debian package here: it must already be on the machine.
 set -euo pipefail
