@@ -265,6 +265,10 @@ class jsonl_sink final : public sink {
       field(out, "total_count", last.leaks->count);
       out += ",\"sites\":";
       append_leak_sites(out, last.leaks->sites);
+      field(out, "held_bytes", last.leaks->held_bytes);
+      field(out, "held_count", last.leaks->held_count);
+      out += ",\"held\":";
+      append_leak_sites(out, last.leaks->held);
       end();
     }
     std::string& out = begin("end", last.time_ns);
