@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "run_report.hpp"
+#include "run_track.hpp"
 #include "run_supervisor.hpp"
 
 #include <cerrno>
@@ -309,6 +310,9 @@ int run_main(int argc, char** argv) {
     }
   }
   config.environment = command_environment(preload, opts.options);
+  // With --track each process that used CUDA leaves a record here; the summary reads them.
+  const std::string track_dir = preload.empty() ? std::string() : make_track_dir();
+  if (!track_dir.empty()) { config.environment.push_back("GPUGUARD_TRACK_DIR=" + track_dir); }
 
   run_outcome outcome;
   try {
@@ -320,7 +324,9 @@ int run_main(int argc, char** argv) {
   if (outcome.how == run_outcome::end::not_started) {
     std::fprintf(stderr, "gpuguard run: cannot start '%s': %s\n", config.command.front().c_str(),
                  std::strerror(outcome.exec_error));
+    if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
   } else {
+    write_track_summary(track_dir, stderr);
     std::fputs(run_summary_line(config, outcome).c_str(), stderr);
   }
   if (!config.report_path.empty()) {
