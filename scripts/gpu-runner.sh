@@ -36,7 +36,7 @@ exclude_torch='^$'
 targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program"
 tests_process='^gpu\.(run|doctor|preload|preload_torch)$'
 exclude_process='^$'
-targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn"
+targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn gpuguard_track_bench gpuguard_cli gpuguard_preload"
 test_slices="core torch process"
 
 slices=()
@@ -148,6 +148,9 @@ for s in "${slices[@]}"; do
       step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+      step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
+        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
+        --out "$out/benchmarks.md" --append-section "H200 machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
         step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
           --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"

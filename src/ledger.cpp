@@ -569,7 +569,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
                                    slot->device, slot->site, no_site};
         st.wrong_size.fetch_add(1, std::memory_order_relaxed);
       }
-      if (slot->kind == memory_kind::device && current_device != slot->device) {
+      if (slot->kind == memory_kind::device && current_device != unknown_device && current_device != slot->device) {
         misuses[misuse_count++] = {interposed, misuse_kind::wrong_device, ptr, bytes, slot->bytes,
                                    current_device, slot->device, slot->site, no_site};
         st.wrong_device.fetch_add(1, std::memory_order_relaxed);

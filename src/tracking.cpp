@@ -305,8 +305,8 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
     count += site.count;
   }
   for (const auto& [who, amount] : held) {
-    std::fprintf(out, "[gpuguard] held at exit by %s: %s in %llu allocation%s on %s (its cache, kept until "
-                 "the process ends and then freed by the driver: not a leak)\n",
+    std::fprintf(out, "[gpuguard] held at exit by %s: %s in %llu allocation%s on %s (kept by it until the "
+                 "process ends, when the driver frees it: not a leak)\n",
                  who.first.c_str(), detail::format_bytes(amount.first).c_str(),
                  static_cast<unsigned long long>(amount.second), amount.second == 1 ? "" : "s",
                  device_name(who.second).c_str());

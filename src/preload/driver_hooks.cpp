@@ -14,6 +14,8 @@
 // (cuGetExportTable included) is passed through untouched.
 #include "preload.hpp"
 
+#include <gpuguard/ledger.hpp>
+
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -132,7 +134,6 @@ struct side_tables {
   std::unordered_map<CUdeviceptr, std::size_t> ipc;  // IPC mappings open: their size
   std::array<std::pair<CUmemoryPool, int>, 64> pools{};  // pools allocated from explicitly, and their device
   std::size_t pool_count = 0;
-  std::uint64_t async_devices = 0;                    // bit d: device d's default pool was used
 };
 side_tables& sides() {
   static auto* s = new side_tables();  // used up to the last free at exit
@@ -143,11 +144,13 @@ const void* as_pointer(CUdeviceptr address) noexcept {
   return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
 }
 
+// Bit d: device d's default pool served a stream-ordered allocation (read at exit).
+std::atomic<std::uint64_t> async_devices{0};
+
 void note_async_device(int device) noexcept {
   if (device < 0 || device >= 64) { return; }
-  side_tables& s = sides();
-  const std::lock_guard<std::mutex> lock(s.mutex);
-  s.async_devices |= std::uint64_t{1} << static_cast<unsigned>(device);
+  const std::uint64_t bit = std::uint64_t{1} << static_cast<unsigned>(device);
+  if ((async_devices.load(std::memory_order_relaxed) & bit) == 0) { async_devices.fetch_or(bit, std::memory_order_relaxed); }
 }
 
 void note_pool(CUmemoryPool pool, int device) noexcept {
@@ -189,7 +192,7 @@ CUresult alloc_from_pool(entry which, CUdeviceptr* dptr, std::size_t bytes, CUme
 CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
   const auto real_fn = real<decltype(&::cuMemFreeAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
-  if (dptr != 0) { forget(as_pointer(dptr), context_device(), reinterpret_cast<cudaStream_t>(stream)); }
+  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }
   return real_fn(dptr, stream);
 }
 
@@ -251,7 +254,8 @@ pool_figures pools_of(int device) noexcept {
     for (std::size_t i = 0; i < s.pool_count; ++i) {
       if (s.pools[i].second == device) { pools[count++] = s.pools[i].first; }
     }
-    const bool used_default = device >= 0 && device < 64 && ((s.async_devices >> static_cast<unsigned>(device)) & 1U) != 0;
+    const bool used_default = device >= 0 && device < 64 &&
+                              ((async_devices.load(std::memory_order_relaxed) >> static_cast<unsigned>(device)) & 1U) != 0;
     CUmemoryPool pool = nullptr;
     if (used_default && default_pool != nullptr && default_pool(&pool, device) == CUDA_SUCCESS) { pools[count++] = pool; }
   }
@@ -356,7 +360,7 @@ GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dp
 GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   const auto real_fn = pl::real<decltype(&::cuMemFree_v2)>(pl::entry::cuMemFree_v2);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
-  if (dptr != 0) { forget(pl::as_pointer(dptr), pl::context_device(), nullptr); }
+  if (dptr != 0) { forget(pl::as_pointer(dptr), gpuguard::unknown_device, nullptr); }
   return real_fn(dptr);
 }
 GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {

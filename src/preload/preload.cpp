@@ -39,7 +39,7 @@
 namespace gpuguard::preload {
 namespace {
 
-std::atomic<std::uint64_t> recorded{0};
+std::atomic<bool> recorded{false};  // this process recorded an allocation
 std::atomic<bool> started{false};
 std::atomic<bool> lookups_wrapped{false};
 // A child made by fork() inherits the parent's driver and ledger but none of its CUDA use: it
@@ -48,16 +48,40 @@ std::atomic<bool> forked_child{false};
 
 void on_fork_child() noexcept {
   forked_child.store(true, std::memory_order_relaxed);
-  recorded.store(0, std::memory_order_relaxed);
+  recorded.store(false, std::memory_order_relaxed);
 }
 
-// ---- who asked: the first code outside the CUDA libraries and gpuguard ------------------------
-// A caching allocator's memory is classified by the library its request came from. Only
-// PyTorch's is recognised (libc10_cuda); its requests reach the driver either directly (expandable
-// segments) or through the CUDA runtime, so up to a few frames are unwound, and only in a process
-// where that library is loaded: other programs never pay for it.
+// ---- who asked: the first code outside the CUDA runtime, the driver and gpuguard ---------------
+// In a PyTorch process, memory is classified by the library its request came from: PyTorch's
+// caching allocator (libc10_cuda) keeps its segments until exit, and so do the handles PyTorch
+// keeps for the CUDA math and communication libraries (cuBLAS, cuDNN, NCCL, ...), whose
+// workspaces they allocate themselves. Both are "held at exit" by their owner, not leaks. A
+// request reaches the driver either directly (expandable segments) or through the CUDA runtime,
+// so up to a few frames are unwound; only in a process where PyTorch is loaded: other programs
+// never pay for it, and a C++ program that never destroys its cuBLAS handle is told it leaked.
 
-enum class code_class : std::uint8_t { unknown, pass_over, torch_cache, other };
+// What a code address is, cached by page. 0: not yet known; 1: passed over (the runtime, the
+// driver, gpuguard); 2: anything else that is no holder; 3 and up: holders[class - 3].
+constexpr std::uint8_t pass_over = 1;
+constexpr std::uint8_t no_holder = 2;
+constexpr std::uint8_t first_holder = 3;
+
+struct holder_library {
+  const char* file_part;  // in the shared object's file name
+  const char* name;       // the tag its allocations are recorded under
+};
+constexpr std::array<holder_library, 10> holders = {{
+    {"libc10_cuda", "PyTorch caching allocator"},
+    {"libtorch_cuda", "PyTorch (pinned-memory cache, workspaces)"},
+    {"libcublasLt", "cuBLASLt (a handle PyTorch keeps)"},
+    {"libcublas", "cuBLAS (a handle PyTorch keeps)"},
+    {"libcudnn", "cuDNN (a handle PyTorch keeps)"},
+    {"libnccl", "NCCL (a communicator PyTorch keeps)"},
+    {"libcufft", "cuFFT (a plan cache PyTorch keeps)"},
+    {"libcusparse", "cuSPARSE (a handle PyTorch keeps)"},
+    {"libcusolver", "cuSOLVER (a handle PyTorch keeps)"},
+    {"libcurand", "cuRAND (a generator PyTorch keeps)"},
+}};
 
 struct class_cache {
   std::array<std::atomic<std::uintptr_t>, 256> pages{};
@@ -68,26 +92,29 @@ class_cache& classes() {
   return c;
 }
 
-code_class classify(std::uintptr_t address) noexcept {
+std::uint8_t classify(std::uintptr_t address) noexcept {
   const std::uintptr_t page = address >> 12U;
   const std::size_t slot = (page ^ (page >> 8U)) & 255U;
   class_cache& c = classes();
-  if (c.pages[slot].load(std::memory_order_acquire) == page) {
-    return static_cast<code_class>(c.classes[slot].load(std::memory_order_relaxed));
-  }
+  if (c.pages[slot].load(std::memory_order_acquire) == page) { return c.classes[slot].load(std::memory_order_relaxed); }
   Dl_info info{};
-  code_class result = code_class::other;
+  std::uint8_t result = no_holder;
   if (::dladdr(reinterpret_cast<void*>(address), &info) != 0 && info.dli_fname != nullptr) {
     const char* base = std::strrchr(info.dli_fname, '/');
     base = base == nullptr ? info.dli_fname : base + 1;
-    if (std::strstr(base, "libc10_cuda") != nullptr) {
-      result = code_class::torch_cache;
-    } else if (std::strncmp(base, "libcuda.", 8) == 0 || std::strncmp(base, "libcudart", 9) == 0 ||
-               std::strncmp(base, "libgpuguard", 11) == 0) {
-      result = code_class::pass_over;
+    if (std::strncmp(base, "libcuda.", 8) == 0 || std::strncmp(base, "libcudart", 9) == 0 ||
+        std::strncmp(base, "libgpuguard", 11) == 0) {
+      result = pass_over;
+    } else {
+      for (std::size_t i = 0; i < holders.size(); ++i) {
+        if (std::strstr(base, holders[i].file_part) != nullptr) {
+          result = static_cast<std::uint8_t>(first_holder + i);
+          break;
+        }
+      }
     }
   }
-  c.classes[slot].store(static_cast<std::uint8_t>(result), std::memory_order_relaxed);
+  c.classes[slot].store(result, std::memory_order_relaxed);
   c.pages[slot].store(page, std::memory_order_release);
   return result;
 }
@@ -98,7 +125,8 @@ std::atomic<bool> recheck_frameworks{true};
 std::atomic<bool> torch_loaded{false};
 
 bool torch_present() noexcept {
-  if (recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
+  // A plain load first: the exchange writes a cache line every thread reads.
+  if (recheck_frameworks.load(std::memory_order_relaxed) && recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
     torch_loaded.store(::dlopen("libc10_cuda.so", RTLD_NOLOAD | RTLD_LAZY) != nullptr, std::memory_order_relaxed);
   }
   return torch_loaded.load(std::memory_order_relaxed);
@@ -106,40 +134,43 @@ bool torch_present() noexcept {
 
 struct unwind_state {
   int frames = 0;
-  code_class found = code_class::unknown;
+  std::uint8_t found = 0;
 };
 
 _Unwind_Reason_Code unwind_step(struct _Unwind_Context* context, void* arg) {
   auto* state = static_cast<unwind_state*>(arg);
-  constexpr int max_frames = 12;
+  constexpr int max_frames = 16;
   if (++state->frames > max_frames) { return _URC_END_OF_STACK; }
   const std::uintptr_t ip = _Unwind_GetIP(context);
   if (ip == 0) { return _URC_END_OF_STACK; }
-  const code_class c = classify(ip);
-  if (c == code_class::pass_over || c == code_class::unknown) { return _URC_NO_REASON; }
+  const std::uint8_t c = classify(ip);
+  if (c == pass_over) { return _URC_NO_REASON; }
   state->found = c;
   return _URC_END_OF_STACK;
 }
 
-tag_id torch_cache_tag() noexcept {
-  static const tag_id tag = [] {
-    const tag_id t = intern_tag("PyTorch caching allocator");
-    declare_exit_holder(t);
-    return t;
-  }();
+std::array<std::atomic<tag_id>, holders.size()> holder_tags{};
+
+tag_id tag_of_holder(std::size_t index) noexcept {
+  tag_id tag = holder_tags[index].load(std::memory_order_acquire);
+  if (tag == untagged) {
+    tag = intern_tag(holders[index].name);
+    declare_exit_holder(tag);
+    holder_tags[index].store(tag, std::memory_order_release);
+  }
   return tag;
 }
 
-// The tag an allocation asked for by `caller` is recorded under: a recognised cache's, or none.
+// The tag an allocation asked for by `caller` is recorded under: a holder's, or none.
 tag_id holder_tag(const void* caller) noexcept {
   if (!torch_present()) { return untagged; }
-  code_class c = classify(reinterpret_cast<std::uintptr_t>(caller));
-  if (c == code_class::pass_over) {
+  std::uint8_t c = classify(reinterpret_cast<std::uintptr_t>(caller));
+  if (c == pass_over) {
     unwind_state state;
     _Unwind_Backtrace(unwind_step, &state);
     c = state.found;
   }
-  return c == code_class::torch_cache ? torch_cache_tag() : untagged;
+  return c >= first_holder ? tag_of_holder(c - first_holder) : untagged;
 }
 
 // ---- starting and ending ----------------------------------------------------------------------
@@ -167,16 +198,18 @@ void after_first_record() noexcept {
 }  // namespace
 
 void note_wrapped_lookup() noexcept {
-  recheck_frameworks.store(true, std::memory_order_relaxed);
+  if (!recheck_frameworks.load(std::memory_order_relaxed)) { recheck_frameworks.store(true, std::memory_order_relaxed); }
   if (!lookups_wrapped.exchange(true, std::memory_order_relaxed)) { start(); }
 }
 
 void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream, memory_kind kind,
             const void* caller) noexcept {
-  if (!started.load(std::memory_order_acquire)) { start(); }
-  recorded.fetch_add(1, std::memory_order_relaxed);
-  after_first_record();
-  const tag_id holder = kind == memory_kind::device ? holder_tag(caller) : untagged;
+  if (!recorded.load(std::memory_order_relaxed)) {  // once per process: no shared write per allocation
+    start();
+    recorded.store(true, std::memory_order_relaxed);
+    after_first_record();
+  }
+  const tag_id holder = holder_tag(caller);
   if (holder == untagged) {
     record_allocation({ptr, bytes, device, stream, kind});
     return;
@@ -290,11 +323,26 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   if (at_exit) { out += ",\"exit_status\":" + std::to_string(exit_status); }
   out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
   out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
-  out += ",\"recorded\":" + std::to_string(recorded.load(std::memory_order_relaxed));
+  out += ",\"recorded\":" + std::string(recorded.load(std::memory_order_relaxed) ? "true" : "false");
   if (leaks != nullptr) {
     out += ",\"leaked_bytes\":" + std::to_string(leaks->bytes) + ",\"leaked_count\":" + std::to_string(leaks->count);
     out += ",\"held_bytes\":" + std::to_string(leaks->held_bytes) + ",\"held_count\":" + std::to_string(leaks->held_count);
   }
+  // What each holder keeps now (all devices).
+  out += ",\"holders\":[";
+  bool first_holder_entry = true;
+  for (const auto& [name, figures] : snapshot(false).tags) {
+    if (name.empty() || !is_exit_holder(intern_tag(name))) { continue; }
+    std::string escaped_name;
+    for (const char ch : name) {
+      if (ch == '"' || ch == '\\') { escaped_name += '\\'; }
+      escaped_name += ch;
+    }
+    out += std::string(first_holder_entry ? "" : ",") + "{\"holder\":\"" + escaped_name +
+           "\",\"live_bytes\":" + std::to_string(figures.current_bytes) + "}";
+    first_holder_entry = false;
+  }
+  out += "]";
   const import_figures imported = imports();
   out += ",\"imported_bytes\":" + std::to_string(imported.bytes) + ",\"imported_mappings\":" +
          std::to_string(imported.mappings) + ",\"imported_handles\":" + std::to_string(imported.handles);
@@ -371,7 +419,7 @@ void print_device_lines(const std::vector<device_figures>& devices) {
 void exit_report(int status, void* /*unused*/) {
   try {
     // In a forked child that recorded nothing, all of this is the parent's.
-    if (recorded.load(std::memory_order_relaxed) != 0) {
+    if (recorded.load(std::memory_order_relaxed)) {
       const std::vector<device_figures> devices = gather();
       const leak_report leaks = collect_leaks(0);
       write_record(figures_json(devices, true, &leaks, status));
@@ -386,7 +434,7 @@ void exit_report(int status, void* /*unused*/) {
 // A process that loaded the driver but whose allocations gpuguard could not see says so; a
 // process that never loaded it says nothing.
 void say_what_was_not_seen() {
-  if (recorded.load(std::memory_order_relaxed) != 0) { return; }
+  if (recorded.load(std::memory_order_relaxed)) { return; }
   const bool driver_loaded = ::dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY) != nullptr;
   if (!driver_loaded || forked_child.load(std::memory_order_relaxed)) { return; }
   if (!lookups_wrapped.load(std::memory_order_relaxed)) {

@@ -37,6 +37,7 @@ def checkpoint(name):
         "torch_reserved": torch.cuda.memory_reserved(0),
         "torch_allocated": torch.cuda.memory_allocated(0),
         "vmm_created": ours.get("vmm_created_bytes") if ours else None,
+        "holders": {h["holder"]: h["live_bytes"] for h in ours.get("holders", [])} if ours else {},
     }), flush=True)
 
 
