@@ -54,7 +54,7 @@ std::string line_for(const json_value& record) {
   } else {
     line += "LEAK " + bytes_text(leaked) + " in " + std::to_string(leaked_count) + " allocation" + (leaked_count == 1 ? "" : "s");
   }
-  if (const std::int64_t held = integer(record, "held_bytes"); held != 0) { line += "; held by a cache at exit " + bytes_text(held); }
+  if (const std::int64_t held = integer(record, "held_bytes"); held != 0) { line += "; held at exit by its owners (not leaked) " + bytes_text(held); }
   if (const json_value* devices = record.find("devices"); devices != nullptr && devices->is_array()) {
     for (const json_value& d : devices->as_array()) {
       line += "; device " + std::to_string(integer(d, "device")) + ": peak " + bytes_text(integer(d, "peak_bytes"));

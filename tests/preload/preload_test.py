@@ -204,6 +204,33 @@ if DRIVER_PROGRAM:
               "driver: the record counts the live physical allocation and its mapping", records)
     check_summary("driver", result, 6 * MIB, 2)
 
+if CLI and LEAKY:
+    # A job whose shells and helpers never load the CUDA driver: only the one process that used it
+    # is summarised, and the helpers print nothing.
+    env = environment(False, "text_log=off")
+    env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+    script = "sh -c true; /bin/true; '%s'; sh -c 'echo helper done'" % LEAKY[0]
+    result = subprocess.run([CLI, "run", "--track", "--", "sh", "-c", script], env=env, capture_output=True, text=True,
+                            timeout=300)
+    lines = [l for l in result.stderr.splitlines() if l.startswith("[gpuguard] --track: pid ")]
+    check(result.returncode == 0 and len(lines) == 1 and "(%s)" % os.path.basename(LEAKY[0]) in lines[0] and
+          "--track: 1 process used CUDA" in result.stderr and "helper done" in result.stdout,
+          "helpers: one line, for the one process of five that used CUDA", result.stderr[-2000:])
+    check(not re.search(r"saw no|were not seen|allocated no memory", result.stderr),
+          "helpers: the processes that never loaded the driver said nothing", result.stderr[-2000:])
+if GPU and CLI and LEAKY:
+    # Alongside compute-sanitizer (which injects through CUDA_INJECTION64_PATH): both reports, agreeing.
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    env = environment(False, "text_log=off")
+    env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+    result = subprocess.run([CLI, "run", "--track", "--", sanitizer, "--leak-check", "full", LEAKY[-1]], env=env,
+                            capture_output=True, text=True, timeout=300)
+    text = result.stdout + result.stderr
+    check("LEAK SUMMARY: 9437184 bytes leaked in 3 allocations" in text and
+          re.search(r"^\[gpuguard\] LEAK: 9\.0 MiB in 3 allocations", text, re.M),
+          "with compute-sanitizer: both report the same 3 allocations", text[-3000:])
+    print("with compute-sanitizer: %s" % ", ".join(
+        l.strip() for l in text.splitlines() if "LEAK SUMMARY" in l or l.startswith("[gpuguard] LEAK")))
 if FAKE_DRIVER and not CLI:
     # The CUDA 11.3-11.8 runtimes' lookup (cuGetProcAddress version 1) is followed as well.
     result, report, records = tracked(LEAKY[0], "v1", {"FAKE_CUDART_VERSION": "11030"})
