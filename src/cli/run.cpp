@@ -4,11 +4,11 @@
 // started; 2 for a usage error; 1 when the supervisor itself failed.
 #include "commands.hpp"
 #include "format.hpp"
+#include "process/end.hpp"
 #include "run_report.hpp"
 #include "run_supervisor.hpp"
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,28 +84,13 @@ constexpr const char* help_text =
     "  2    usage error (nothing is started)\n"
     "  1    gpuguard itself failed, or CMD's status could not be learnt\n";
 
-constexpr double max_grace_s = 86400.0;
-
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "gpuguard run: %s (see 'gpuguard run --help')\n", message.c_str());
   return 2;
 }
 
-// "5", "0.5", "10.25": seconds as plain decimal digits; milliseconds (rounded up), or nullopt.
-std::optional<std::int64_t> parse_grace(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') { ++i; }
-  if (i == 0 || i > 9) { return std::nullopt; }
-  if (i < text.size()) {
-    if (text[i] != '.' || i + 1 == text.size()) { return std::nullopt; }
-    for (std::size_t k = i + 1; k < text.size(); ++k) {
-      if (text[k] < '0' || text[k] > '9') { return std::nullopt; }
-    }
-  }
-  const double seconds = std::strtod(std::string(text).c_str(), nullptr);
-  if (!(seconds >= 0.0 && seconds <= max_grace_s)) { return std::nullopt; }
-  return static_cast<std::int64_t>(std::ceil(seconds * 1000.0 - 1e-6));
-}
+// The grace period: one range and one syntax for run and doctor (process/end.hpp).
+std::optional<std::int64_t> parse_grace(std::string_view text) { return detail::parse_grace_ms(text); }
 
 std::optional<bool> parse_bool(std::string_view text) {
   if (text == "1" || text == "true" || text == "yes") { return true; }

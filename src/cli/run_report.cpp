@@ -30,24 +30,15 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-// The bytes NVML gives a holder, summed over its devices; nullopt if none is known.
-std::optional<std::uint64_t> holder_bytes(const device_holder& h) {
-  std::optional<std::uint64_t> total;
-  for (const gpu_process& g : h.gpu) {
-    if (g.bytes) { total = total.value_or(0) + *g.bytes; }
-  }
-  return total;
-}
-
 // "4242 python3 (2.50 GiB on GPU 0)"; without NVML the memory is left out here and said once.
-std::string describe_holder(const device_holder& h, const residue_check& check) {
-  std::string text = std::to_string(h.pid) + " " + h.comm;
+std::string describe_holder(const gpu_holder& h, const residue_check& check) {
+  std::string text = std::to_string(h.info.pid) + " " + h.info.stat.comm;
   if (!check.nvml_available) { return text; }
-  if (const auto bytes = holder_bytes(h)) {
+  if (const auto bytes = memory_bytes(h)) {
     text += " (" + detail::format_bytes(static_cast<std::size_t>(*bytes));
-    return text + (h.gpu.size() == 1 ? " on GPU " + std::to_string(h.gpu.front().device) + ")" : ")");
+    return text + (h.memory.size() == 1 ? " on GPU " + std::to_string(h.memory.front().device) + ")" : ")");
   }
-  return text + (h.gpu.empty() ? " (not listed by NVML)" : " (memory unknown to NVML)");
+  return text + (h.memory.empty() ? " (not listed by NVML)" : " (memory unknown to NVML)");
 }
 
 std::string describe_holders(const residue_check& check) {
@@ -67,30 +58,31 @@ std::string command_name(const run_config& config) {
   return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
 }
 
-void append_holders_json(std::string& out, const residue_check& check) {
+void append_holders_json(std::string& out, const residue_check& check, const std::string& prefix) {
   out += "{\"checked\": ";
   out += check.done ? "true" : "false";
   out += ", \"holders\": [";
   for (std::size_t i = 0; i < check.holders.size(); ++i) {
-    const device_holder& h = check.holders[i];
+    const gpu_holder& h = check.holders[i];
     out += i == 0 ? "\n      " : ",\n      ";
-    out += "{\"pid\": " + std::to_string(h.pid) + ", \"comm\": ";
-    detail::append_json_string(out, h.comm);
+    out += "{\"pid\": " + std::to_string(h.info.pid) + ", \"comm\": ";
+    detail::append_json_string(out, h.info.stat.comm);
     out += ", \"cmdline\": ";
-    detail::append_json_string(out, h.cmdline);
+    detail::append_json_string(out, h.info.command);
     out += ", \"files\": [";
-    for (std::size_t f = 0; f < h.files.size(); ++f) {
+    const std::vector<std::string> files = held_paths(h.info, prefix);
+    for (std::size_t f = 0; f < files.size(); ++f) {
       if (f > 0) { out += ", "; }
-      detail::append_json_string(out, h.files[f]);
+      detail::append_json_string(out, files[f]);
     }
     out += "], \"gpu_memory_bytes\": ";
-    const auto bytes = holder_bytes(h);
+    const auto bytes = memory_bytes(h);
     out += bytes ? std::to_string(*bytes) : "null";
     out += ", \"gpus\": [";
-    for (std::size_t g = 0; g < h.gpu.size(); ++g) {
+    for (std::size_t g = 0; g < h.memory.size(); ++g) {
       if (g > 0) { out += ", "; }
-      out += "{\"device\": " + std::to_string(h.gpu[g].device) + ", \"bytes\": " +
-             (h.gpu[g].bytes ? std::to_string(*h.gpu[g].bytes) : "null") + "}";
+      out += "{\"device\": " + std::to_string(h.memory[g].device) + ", \"bytes\": " +
+             (h.memory[g].bytes ? std::to_string(*h.memory[g].bytes) : "null") + "}";
     }
     out += "]}";
   }
@@ -265,9 +257,9 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
   out += ",\n  \"residue\": {\"device_prefix\": ";
   detail::append_json_string(out, config.device_prefix);
   out += ",\n    \"at_end\": ";
-  append_holders_json(out, o.at_end);
+  append_holders_json(out, o.at_end, config.device_prefix);
   out += ",\n    \"after_teardown\": ";
-  append_holders_json(out, o.after_teardown);
+  append_holders_json(out, o.after_teardown, config.device_prefix);
   out += "}";
   out += ",\n  \"notes\": [";
   for (std::size_t i = 0; i < o.notes.size(); ++i) {

@@ -3,22 +3,23 @@
 // nothing here needs to be async-signal-safe except the child between fork and exec.
 #include "run_supervisor.hpp"
 
+#include "process/end.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <system_error>
-#include <unordered_map>
 #include <utility>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -38,7 +39,7 @@ bool is_termination(int signal) noexcept {
 
 // After the SIGKILLs, how long to wait for processes to go (one in uninterruptible sleep, such as
 // a GPU driver call, ends only when that call returns).
-constexpr auto kill_wait = std::chrono::seconds(5);
+constexpr std::int64_t kill_wait_ms = 5000;
 // How often the process table is read again while waiting for processes to end.
 constexpr int rescan_ms = 10;
 
@@ -155,58 +156,31 @@ void send_message(int fd, std::int32_t kind, std::int32_t value) noexcept {
   do { n = ::write(fd, &m, sizeof m); } while (n < 0 && errno == EINTR);
 }
 
-// Signals the process `p` names (pid and start time), never a later one that reused its pid: the
-// pidfd pins the process, and the start time read after opening it proves it is the same one.
-int send_signal(const proc_entry& p, int signal) {
-#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
-  const long pidfd = ::syscall(SYS_pidfd_open, p.pid, 0);
-  if (pidfd >= 0) {
-    int error = 0;
-    const auto now = read_proc_entry(p.pid);
-    if (!now || now->start_time != p.start_time) {
-      error = ESRCH;
-    } else if (::syscall(SYS_pidfd_send_signal, static_cast<int>(pidfd), signal, nullptr, 0) != 0) {
-      error = errno;
-    }
-    ::close(static_cast<int>(pidfd));
-    return error;
-  }
-  if (errno == ESRCH) { return ESRCH; }
-#endif
-  const auto now = read_proc_entry(p.pid);  // no pidfd (old kernel, no descriptors left): kill(2)
-  if (!now || now->start_time != p.start_time) { return ESRCH; }
-  return ::kill(p.pid, signal) == 0 ? 0 : errno;
-}
-
-std::vector<proc_entry> live_descendants(pid_t root, pid_t spare) {
-  std::vector<proc_entry> found = descendants_of(root, list_processes());
+std::vector<proc_stat> live_descendants(pid_t root, pid_t spare) {
+  std::vector<proc_stat> found = detail::descendants_of(root, detail::read_process_table());
   found.erase(std::remove_if(found.begin(), found.end(),
-                             [&](const proc_entry& p) { return !p.alive() || p.pid == spare; }),
+                             [&](const proc_stat& p) { return !p.alive() || p.pid == spare; }),
               found.end());
   return found;
 }
 
-residue_check check_devices(const std::vector<proc_entry>& processes, const std::string& prefix) {
+residue_check check_devices(const std::vector<proc_stat>& processes, const std::string& prefix) {
   residue_check check;
   check.done = true;
-  for (const proc_entry& p : processes) {
-    device_files files = held_device_files(p.pid, prefix);
-    if (!files.paths.empty()) {
-      check.holders.push_back(device_holder{p.pid, p.comm, read_cmdline(p.pid), std::move(files.paths), {}});
-    } else if (files.error != 0 && files.error != ENOENT && files.error != ESRCH) {
-      check.not_inspected.emplace_back(p.pid, files.error);
+  for (const proc_stat& p : processes) {
+    process_info info = read_process("/proc", p.pid, prefix);
+    if (!info.exists) { continue; }  // gone since
+    if (!info.devices.empty()) {
+      check.holders.push_back(gpu_holder{std::move(info), {}});
+    } else if (!info.fds_readable && info.fds_error != ENOENT && info.fds_error != ESRCH && info.stat.alive()) {
+      check.not_inspected.emplace_back(p.pid, info.fds_error);
     }
   }
   if (!check.holders.empty()) {
-    const gpu_process_snapshot snapshot = query_gpu_processes();
+    const nvml_session nvml = open_nvml_for_run(&check.nvml_note);
     check.nvml_queried = true;
-    check.nvml_available = snapshot.available;
-    check.nvml_note = snapshot.note;
-    for (device_holder& h : check.holders) {
-      for (const gpu_process& g : snapshot.processes) {
-        if (g.pid == h.pid) { h.gpu.push_back(g); }
-      }
-    }
+    check.nvml_available = nvml.available();
+    if (nvml.available()) { attach_memory(check.holders, sample_for_run(nvml, &check.nvml_note)); }
   }
   return check;
 }
@@ -220,88 +194,57 @@ struct teardown_params {
   bool signals_cut_short = true;  // SIGINT/TERM/HUP/QUIT on signal_fd end the grace period at once
 };
 
-// SIGTERM (and SIGCONT, so that a stopped process sees it) to every live descendant, then up to
-// the grace period for them to go, sending SIGTERM to any that appears meanwhile; then SIGKILL to
-// whatever is left, again until none is found. `reap` collects zombies among the caller's
-// children; `first_look` sees the leftovers before any signal (the residue check).
+// Ends every live descendant the process layer's way (process/end.hpp): SIGTERM (SIGCONT to a
+// stopped one), the grace period with the process table read again every few milliseconds (a new
+// descendant gets SIGTERM too), then SIGKILL to whatever is left. `reap` collects zombies among
+// the caller's children; `first_look` sees the leftovers before any signal (the residue check).
 teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap,
-                              const std::function<void(const std::vector<proc_entry>&)>& first_look) {
-  teardown_result result;
+                              const std::function<void(const std::vector<proc_stat>&)>& first_look) {
   reap();
-  std::vector<proc_entry> live = live_descendants(params.root, params.spare);
-  if (first_look) {
-    first_look(live);
-    reap();
-    live = live_descendants(params.root, params.spare);
-  }
-  const steady::time_point start = steady::now();
-  const steady::time_point grace_end = start + std::chrono::milliseconds(params.grace_ms);
-  steady::time_point kill_end{};
-  bool killing = false;
-  std::unordered_map<pid_t, std::size_t> latest;  // pid -> its record with the newest start time
-  for (;;) {
-    // Who went since the last look.
-    std::unordered_map<pid_t, std::uint64_t> now_live;
-    for (const proc_entry& p : live) { now_live.emplace(p.pid, p.start_time); }
-    for (leftover& l : result.leftovers) {
-      if (l.ended) { continue; }
-      const auto it = now_live.find(l.process.pid);
-      if (it == now_live.end() || it->second != l.process.start_time) {
-        l.ended = true;
-        l.ended_after_ns = elapsed_ns(start);
-      }
+  if (first_look) { first_look(live_descendants(params.root, params.spare)); }
+  // Command lines are read when a process is first seen: after the teardown there is none to read.
+  std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;
+  detail::end_plan plan;
+  plan.grace_ms = params.grace_ms;
+  plan.kill_wait_ms = kill_wait_ms;
+  plan.rescan_ms = rescan_ms;
+  plan.reap = reap;
+  plan.live = [&] {
+    std::vector<proc_stat> live = live_descendants(params.root, params.spare);
+    for (const proc_stat& p : live) {
+      const auto key = std::make_pair(p.pid, p.start_time);
+      if (cmdlines.count(key) == 0) { cmdlines.emplace(key, detail::read_cmdline("/proc", p.pid)); }
     }
-    // Signal the ones that have not had this phase's signal yet.
-    for (const proc_entry& p : live) {
-      auto it = latest.find(p.pid);
-      if (it == latest.end() || result.leftovers[it->second].process.start_time != p.start_time) {
-        leftover l;
-        l.process = p;
-        l.cmdline = read_cmdline(p.pid);
-        l.left_group = params.job_group != 0 && p.pgid != params.job_group;
-        result.leftovers.push_back(std::move(l));
-        latest[p.pid] = result.leftovers.size() - 1;
-        it = latest.find(p.pid);
-      }
-      leftover& l = result.leftovers[it->second];
-      if (!killing && !l.sent_sigterm) {
-        l.sent_sigterm = true;
-        const int error = send_signal(p, SIGTERM);
-        if (error == 0) { static_cast<void>(send_signal(p, SIGCONT)); }
-        if (error != 0 && error != ESRCH) { l.signal_error = error; }
-      } else if (killing && !l.sent_sigkill) {
-        l.sent_sigkill = true;
-        const int error = send_signal(p, SIGKILL);
-        if (error != 0 && error != ESRCH) { l.signal_error = error; }
-      }
-    }
-    if (live.empty()) { break; }
-    const steady::time_point now = steady::now();
-    if (!killing && (now >= grace_end || result.cut_short)) {
-      killing = true;
-      kill_end = now + kill_wait;
-      continue;  // SIGKILL at once
-    }
-    if (killing && now >= kill_end) { break; }
-    int timeout_ms = rescan_ms;
-    if (!killing) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(grace_end - now).count();
-      timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left + 1, 1, rescan_ms));
-    }
-    if (params.signal_fd >= 0 && wait_readable(params.signal_fd, timeout_ms)) {
-      drain_signals(params.signal_fd, [&](int signal) {
-        if (params.signals_cut_short && !killing && is_termination(signal) && !result.cut_short) {
-          result.cut_short = true;
-          result.cut_short_by = signal;
-        }
-      });
-    } else if (params.signal_fd < 0) {
+    return live;
+  };
+  plan.wait = [&params](int timeout_ms) {
+    int cut = 0;
+    if (params.signal_fd < 0) {
       ::poll(nullptr, 0, timeout_ms);
+    } else if (wait_readable(params.signal_fd, timeout_ms)) {
+      drain_signals(params.signal_fd, [&](int signal) {
+        if (params.signals_cut_short && is_termination(signal) && cut == 0) { cut = signal; }
+      });
     }
-    reap();
-    live = live_descendants(params.root, params.spare);
+    return cut;
+  };
+  const detail::end_result ended = detail::end_processes(plan);
+  teardown_result result;
+  result.cut_short = ended.cut_short_by != 0;
+  result.cut_short_by = ended.cut_short_by;
+  result.duration_ns = ended.duration_ns;
+  for (const detail::ended_process& e : ended.processes) {
+    leftover l;
+    l.process = e.process;
+    l.cmdline = cmdlines[std::make_pair(e.process.pid, e.process.start_time)];
+    l.left_group = params.job_group != 0 && e.process.pgid != params.job_group;
+    l.sent_sigterm = e.sent_sigterm;
+    l.sent_sigkill = e.sent_sigkill;
+    l.ended = e.ended;
+    l.ended_after_ns = e.ended_after_ns;
+    l.signal_error = e.signal_error;
+    result.leftovers.push_back(std::move(l));
   }
-  result.duration_ns = elapsed_ns(start);
   return result;
 }
 
@@ -319,13 +262,11 @@ bool job_control_stop_works() {
   const pid_t session = ::getsid(0);
   if (::tcgetsid(STDIN_FILENO) != session) { return false; }
   const pid_t group = ::getpgrp();
-  const std::vector<proc_entry> table = list_processes();
-  std::unordered_map<pid_t, const proc_entry*> by_pid;
-  for (const proc_entry& p : table) { by_pid.emplace(p.pid, &p); }
-  for (const proc_entry& p : table) {
+  const process_table table = detail::read_process_table();
+  for (const auto& [pid, p] : table) {
     if (p.pgid != group) { continue; }
-    const auto parent = by_pid.find(p.ppid);
-    if (parent != by_pid.end() && parent->second->pgid != group && parent->second->sid == session) { return true; }
+    const auto parent = table.find(p.ppid);
+    if (parent != table.end() && parent->second.pgid != group && parent->second.sid == session) { return true; }
   }
   return false;
 }
@@ -663,13 +604,13 @@ run_outcome supervise(const run_config& config) {
   params.job_group = command;
   params.grace_ms = config.grace_ms;
   params.signal_fd = signals.get();
-  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_entry>& left) {
+  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_stat>& left) {
     out.at_end = check_devices(left, config.device_prefix);
   });
-  std::vector<proc_entry> survivors;
+  std::vector<proc_stat> survivors;
   for (const leftover& l : out.teardown.leftovers) {
     if (l.ended) { continue; }
-    if (auto now = read_proc_entry(l.process.pid); now && now->start_time == l.process.start_time) {
+    if (auto now = read_stat("/proc", l.process.pid); now && now->start_time == l.process.start_time) {
       survivors.push_back(*now);
     }
   }

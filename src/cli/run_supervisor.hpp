@@ -13,6 +13,7 @@
 ///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal.
 #pragma once
 
+#include "holder.hpp"
 #include "nvml.hpp"
 #include "proc.hpp"
 
@@ -35,19 +36,10 @@ struct run_config {
   std::string report_path;               // "" for no report
 };
 
-/// A process found holding files under the device prefix.
-struct device_holder {
-  pid_t pid = 0;
-  std::string comm;
-  std::string cmdline;
-  std::vector<std::string> files;
-  std::vector<gpu_process> gpu;  // NVML's entries for this pid (empty: NVML did not list it)
-};
-
 /// The device check over a set of processes at one moment.
 struct residue_check {
   bool done = false;
-  std::vector<device_holder> holders;
+  std::vector<gpu_holder> holders;  // the processes holding files under the device prefix
   std::vector<std::pair<pid_t, int>> not_inspected;  // pid, errno (EACCES: another user's process)
   bool nvml_queried = false;  // NVML is asked only when some process holds a device file
   bool nvml_available = false;
@@ -56,7 +48,7 @@ struct residue_check {
 
 /// One process that outlived CMD.
 struct leftover {
-  proc_entry process;      // as first seen
+  proc_stat process;       // as first seen
   std::string cmdline;
   bool left_group = false;  // not in CMD's process group (setsid, setpgid)
   bool sent_sigterm = false;

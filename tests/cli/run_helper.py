@@ -161,7 +161,7 @@ def mode_holder(device, pidfile, how, nvml_file, nvml_bytes):
     else:
         held = open(device, "rb")  # pylint: disable=consider-using-with
     if nvml_file != "-":
-        append(nvml_file, f"0 {os.getpid()} {nvml_bytes}\n")
+        append(nvml_file, f"process 0 {os.getpid()} {nvml_bytes}\n")  # a fake_nvml.cpp spec line
     append(pidfile, f"{os.getpid()} holder\n")
     while held is not None:
         time.sleep(3600)

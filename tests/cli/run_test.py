@@ -515,6 +515,14 @@ class residue(base):
             f.write(b"\0" * 4096)
         self.prefix = self.path("nvidia")
 
+    def fake_nvml_spec(self, text="device 0 85899345920 0 0 Fake GPU\n"):
+        """A spec for fake_nvml.cpp (see there): by default one device and no process."""
+        self.specs = getattr(self, "specs", 0) + 1
+        spec = self.path(f"nvml{self.specs}.spec")
+        with open(spec, "w") as f:
+            f.write(text)
+        return spec
+
     def run_hold(self, *flags, env=None, options=("--device-prefix",)):
         self.runs = getattr(self, "runs", 0) + 1
         pidfile = self.path(f"pids{self.runs}")
@@ -528,9 +536,9 @@ class residue(base):
         return pids["holder"], self.read_report(report), self.summary(err)
 
     def test_holder_reported_with_its_memory_from_nvml(self):
-        nvml_list = self.path("nvml-processes")
-        holder, doc, line = self.run_hold("--nvml", nvml_list, "123456789",
-                                          env={"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "FAKE_NVML_PROCESSES": nvml_list})
+        nvml_spec = self.fake_nvml_spec()
+        holder, doc, line = self.run_hold("--nvml", nvml_spec, "123456789",
+                                          env={"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": nvml_spec})
         holders = doc["residue"]["at_end"]["holders"]
         self.assertEqual([h["pid"] for h in holders], [holder])
         self.assertEqual(holders[0]["files"], [self.device])
@@ -544,7 +552,7 @@ class residue(base):
 
     def test_holder_without_nvml_is_a_note_not_a_failure(self):
         for env in ({"GPUGUARD_NVML_LIBRARY": self.path("no-such-libnvidia-ml.so.1")},
-                    {"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "FAKE_NVML_FAIL_INIT": "1"}):
+                    {"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": self.fake_nvml_spec("init_error 9\n")}):
             with self.subTest(env=env):
                 holder, doc, line = self.run_hold(env=env)
                 check = doc["residue"]["at_end"]

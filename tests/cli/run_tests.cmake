@@ -1,15 +1,14 @@
 # Tests of `gpuguard run` (the supervisor), in real processes: tests/cli/run_test.py, grouped so
-# that ctest runs the groups side by side. run_fake_nvml.cpp stands in for libnvidia-ml.so.1 (the
-# residue check's NVML path) and, built a second time, for the library --track preloads.
-foreach(lib IN ITEMS gpuguard_run_fake_nvml gpuguard_run_fake_preload)
-  add_library(${lib} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/run_fake_nvml.cpp)
-  gpuguard_set_warnings(${lib})
-endforeach()
+# that ctest runs the groups side by side. fake_nvml.cpp (built in CMakeLists.txt, shared with the
+# doctor's tests) stands in for libnvidia-ml.so.1; built a second time, for the library --track
+# preloads.
+add_library(gpuguard_run_fake_preload MODULE ${CMAKE_CURRENT_SOURCE_DIR}/fake_nvml.cpp)
+gpuguard_set_warnings(gpuguard_run_fake_preload)
 
 foreach(group IN ITEMS usage exit_status signals teardown residue track tty)
   add_test(NAME cli.run.${group}
     COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run_test.py $<TARGET_FILE:gpuguard_cli>
-      $<TARGET_FILE:gpuguard_run_fake_nvml> $<TARGET_FILE:gpuguard_run_fake_preload> ${group})
+      $<TARGET_FILE:gpuguard_fake_nvml> $<TARGET_FILE:gpuguard_run_fake_preload> ${group})
   set_tests_properties(cli.run.${group} PROPERTIES TIMEOUT 120)
 endforeach()
 
