@@ -96,7 +96,7 @@ int child_process::terminate(int grace_ms) noexcept {
       return members;
     };
     plan.kill_all = [child, group, &status] {
-      if (group || status == -2) { static_cast<void>(::kill(group ? -child : child, SIGKILL)); }
+      return (group || status == -2) && ::kill(group ? -child : child, SIGKILL) == 0;
     };
     static_cast<void>(detail::end_processes(plan));
   } catch (...) {  // out of memory: the old way, the group's SIGKILL
@@ -199,7 +199,10 @@ void detail::end_child_groups(int grace_ms) noexcept {
       }
       return members;
     };
-    plan.kill_all = kill_child_groups;
+    plan.kill_all = [] {
+      kill_child_groups();
+      return true;
+    };
     static_cast<void>(end_processes(plan));
   } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the SIGKILL below ends them
   }

@@ -96,7 +96,7 @@ end_result end_processes(const end_plan& plan) {
           term_tried[index] = true;
           e.first_signal = r;
         }
-        e.sent_sigkill = r == signal_result::sent;
+        e.sent_sigkill = e.sent_sigkill || r == signal_result::sent;
         if (r == signal_result::failed) { e.signal_error = error; }
       }
     }
@@ -105,7 +105,9 @@ end_result end_processes(const end_plan& plan) {
     if (!killing && (now >= grace_end || result.cut_short_by != 0)) {
       killing = true;
       kill_end = now + std::chrono::milliseconds(plan.kill_wait_ms);
-      if (plan.kill_all) { plan.kill_all(); }
+      if (plan.kill_all && plan.kill_all()) {
+        for (const proc_stat& p : live) { result.processes[latest[p.pid]].sent_sigkill = true; }
+      }
       continue;  // SIGKILL at once
     }
     if (killing && now >= kill_end) { break; }

@@ -53,8 +53,9 @@ struct end_plan {
   /// grace period is to be cut short (SIGKILL at once), else 0.
   std::function<int(int timeout_ms)> wait;
   /// Optional: ends every process at once when the SIGKILL phase starts (cgroup.kill, or SIGKILL
-  /// to process groups that cannot be reused). The per-process SIGKILLs follow for the rest.
-  std::function<void()> kill_all;
+  /// to process groups that cannot be reused); returns true when it did, and every process still
+  /// live then counts as sent SIGKILL. The per-process SIGKILLs follow for any it did not reach.
+  std::function<bool()> kill_all;
 };
 
 /// The result, in the order the processes were first seen.
