@@ -144,7 +144,11 @@ job_cgroup job_cgroup::create(pid_t supervisor) {
   remove_stale_siblings(parent, ns);
   g.directory_ = parent + "/" + leaf;
   g.name_ = (*own == "/" ? std::string() : *own) + "/" + leaf;
-  if (::mkdir(g.directory_.c_str(), 0755) != 0) {
+  // One with this very name is left by an earlier supervisor with this PID in a PID namespace that
+  // is gone (namespace inodes are reused; such a supervisor was PID 1, killed with its namespace):
+  // no live supervisor can have it, so it is removed if empty.
+  if (::mkdir(g.directory_.c_str(), 0755) != 0 && !(errno == EEXIST && ::rmdir(g.directory_.c_str()) == 0 &&
+                                                    ::mkdir(g.directory_.c_str(), 0755) == 0)) {
     g.why_not_ = "cannot create " + g.directory_ + ": " + std::strerror(errno);
     g.directory_.clear();  // not ours: never removed
     return g;

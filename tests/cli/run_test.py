@@ -637,11 +637,14 @@ class pid1(base):
         # A process entered from outside (as `docker exec` does) leaves an orphan: it is reparented
         # to PID 1, gpuguard, which must reap it when it exits.
         entered = subprocess.run([self.nsenter, "--target", str(init), "--pid", "--", "sh", "-c",
-                                  "sleep 0.3 & echo $!"], capture_output=True, text=True, timeout=10)
+                                  "sleep 1 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, timeout=10)
         self.assertEqual(entered.returncode, 0, entered.stderr)
-        adopted = [pid for pid in children_of(init) if proc_stat(pid)[4] == "sleep"]
-        self.assertEqual(len(adopted), 1, "the entered process's orphan was not adopted by PID 1")
-        self.assertTrue(wait_until(lambda: proc_stat(adopted[0]) is None, 3),
+        def adopted_by_init():  # any child of PID 1 but the anchor (it may not have exec'd sleep yet)
+            return [pid for pid in children_of(init) if (proc_stat(pid) or "?????")[4] != "gpuguard-anchor"]
+        self.assertTrue(wait_until(lambda: len(adopted_by_init()) == 1, 2),
+                        f"the entered process's orphan was not adopted by PID 1: {adopted_by_init()}")
+        adopted = adopted_by_init()
+        self.assertTrue(wait_until(lambda: proc_stat(adopted[0]) is None, 4),
                         f"the orphan adopted by PID 1 stayed: {proc_stat(adopted[0])}")
 
         # `docker stop`: SIGTERM to PID 1 from outside, forwarded to CMD.
