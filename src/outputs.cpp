@@ -15,6 +15,7 @@
 #include "ledger_internal.hpp"
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"
+#include "report_json.hpp"
 #include "sinks.hpp"
 
 #include <algorithm>
@@ -441,9 +442,26 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     last.stacks_on = st.opts.stacks != stack_mode::off;
     last.sites_sampled = st.opts.stacks == stack_mode::sampled;
     if (last.stacks_on) {
-      for (const detail::site_total& t : detail::top_sites(20)) {
-        last.sites.push_back({t, resolve_site(t.site)});
+      // The top sites, one per resolved location (an unrolled loop's copies are one site).
+      std::unordered_map<std::string, std::size_t> by_location;
+      for (const detail::site_total& t : detail::top_sites(200)) {
+        std::vector<frame_info> frames = resolve_site(t.site);
+        std::string key = detail::location_key(frames);
+        if (key.empty()) { key = "#" + std::to_string(t.site); }
+        const auto [it, inserted] = by_location.try_emplace(std::move(key), last.sites.size());
+        if (inserted) {
+          last.sites.push_back({t, std::move(frames), {t.site}});
+          continue;
+        }
+        detail::resolved_site& into = last.sites[it->second];
+        into.totals.allocations += t.allocations;
+        into.totals.bytes += t.bytes;
+        into.raw_sites.push_back(t.site);
       }
+      std::stable_sort(last.sites.begin(), last.sites.end(), [](const detail::resolved_site& a, const detail::resolved_site& b) {
+        return a.totals.bytes > b.totals.bytes;
+      });
+      if (last.sites.size() > 20) { last.sites.resize(20); }
     }
     each_sink(st, [&](detail::sink& s) {
       s.finish(last, st.totals);

@@ -252,7 +252,12 @@ class jsonl_sink final : public sink {
         append_uint(out, site.totals.site);
         field(out, "allocs", site.totals.allocations);
         field(out, "bytes", site.totals.bytes);
-        out += ",\"frames\":";
+        out += ",\"raw_sites\":[";
+        for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
+          if (i != 0) { out += ','; }
+          append_uint(out, site.raw_sites[i]);
+        }
+        out += "],\"frames\":";
         append_frames(out, site.frames);
         out += '}';
       }

@@ -223,7 +223,41 @@ leak_report collect_leaks(std::size_t max_resolved) {
   for (std::size_t i = 0; i < report.sites.size() && i < max_resolved; ++i) {
     report.sites[i].frames = resolve_site(report.sites[i].site);
   }
+  detail::merge_sites_by_location(report.sites);
+  for (leak_site& site : report.held) { site.raw_sites.assign(1, site.site); }
   return report;
+}
+
+std::string detail::location_key(const std::vector<frame_info>& frames) {
+  std::string key;
+  for (const frame_info& frame : frames) {
+    if (frame.function.empty() && frame.file.empty()) { return ""; }
+    key += frame.function + '\n' + frame.file + ':' + std::to_string(frame.line) + '\n';
+  }
+  return key;
+}
+
+void detail::merge_sites_by_location(std::vector<leak_site>& sites) {
+  // A stack with no resolved frame, or a frame known only by its address, keeps its raw id apart.
+  std::map<std::tuple<std::string, int, std::string>, std::size_t> first_of;
+  std::vector<leak_site> merged;
+  merged.reserve(sites.size());
+  for (leak_site& site : sites) {
+    std::string key = location_key(site.frames);
+    if (key.empty()) { key = "#" + std::to_string(site.site); }
+    const auto [it, inserted] = first_of.try_emplace(std::make_tuple(std::move(key), site.device, site.tag), merged.size());
+    if (inserted) {
+      site.raw_sites.assign(1, site.site);
+      merged.push_back(std::move(site));
+      continue;
+    }
+    leak_site& into = merged[it->second];
+    into.bytes += site.bytes;
+    into.count += site.count;
+    into.raw_sites.push_back(site.site);
+  }
+  std::stable_sort(merged.begin(), merged.end(), [](const leak_site& a, const leak_site& b) { return a.bytes > b.bytes; });
+  sites = std::move(merged);
 }
 
 namespace {

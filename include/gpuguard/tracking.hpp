@@ -48,6 +48,9 @@ struct leak_site {
   std::size_t bytes = 0;
   std::uint64_t count = 0;
   std::vector<frame_info> frames;  ///< resolved; empty without a stack
+  /// The raw stack ids grouped here (`site` is the first): stacks that differ only in return
+  /// addresses within the same source lines (an unrolled loop, inlined copies) are one site.
+  std::vector<site_id> raw_sites;
 };
 
 /// Everything still live, grouped by site, largest first: what was lost (`sites`), and apart from
@@ -74,7 +77,8 @@ GPUGUARD_API void declare_exit_holder(tag_id tag) noexcept;
 /// Whether `tag` was declared with declare_exit_holder.
 [[nodiscard]] GPUGUARD_API bool is_exit_holder(tag_id tag) noexcept;
 /// Groups the ledger's live allocations by (site, device, tag), largest first, and resolves the
-/// stacks of the first `max_resolved` sites (the slow part).
+/// stacks of the first `max_resolved` sites (the slow part); sites whose resolved frames name the
+/// same functions, files and lines are then one site (their raw ids in `raw_sites`).
 GPUGUARD_API leak_report collect_leaks(std::size_t max_resolved = 100000);
 
 /// The text report: a headline, then up to `max_sites` sites with their frames.
