@@ -77,6 +77,8 @@ std::atomic<bool> termination_started{false};
 std::atomic<pid_t> crash_thread{0};
 std::atomic<int> crash_signal{0};
 std::atomic<int> crash_fd{-1};
+// The crash file's path as the handler prints it (points into hook_state::crash_path, set once).
+std::atomic<const char*> crash_path_text{nullptr};
 
 struct hook_state {
   std::mutex mutex;
@@ -268,8 +270,10 @@ void write_human(int fd) noexcept {
     out.put(" ").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i]));
   }
   out.put("\n");
-  if (crash_fd.load(std::memory_order_relaxed) >= 0) {
-    out.put("[gpuguard]   crash record written; resolve its frames with: gpuguard symbolize CRASH_FILE\n");
+  const char* path = crash_path_text.load(std::memory_order_relaxed);
+  if (crash_fd.load(std::memory_order_relaxed) >= 0 && path != nullptr) {
+    out.put("[gpuguard]   crash record written to ").put(path).put("; resolve its frames with: gpuguard symbolize ")
+        .put(path).put("\n");
   }
 }
 
@@ -494,6 +498,8 @@ void install_hooks(const options& opts) noexcept {
         std::fprintf(stderr, "[gpuguard] crash_file: cannot open '%s': %s; crash records go to stderr only\n",
                      st.crash_path.c_str(), std::strerror(errno));
         st.crash_path.clear();
+      } else {
+        crash_path_text.store(st.crash_path.c_str(), std::memory_order_relaxed);
       }
       crash_fd.store(fd, std::memory_order_relaxed);
     }

@@ -142,6 +142,8 @@ def crash_record(run, sig):
     check(any(CHILD_NAME in m for m in record["mappings"]), "%s: executable mappings" % run.what, record["mappings"][:3])
     check("[gpuguard] CRASH: %s" % signal.Signals(sig).name in run.stderr, "%s: the record is on stderr too" % run.what,
           run.stderr[-2000:])
+    check("crash record written to %s; resolve its frames with: gpuguard symbolize %s" % (run.crash, run.crash)
+          in run.stderr, "%s: the hint names the record's path" % run.what, run.stderr[-2000:])
     return record
 
 
