@@ -270,6 +270,24 @@ class report_test(unittest.TestCase):
             self.assertLessEqual(len(err.splitlines()), 3, err)
             self.assertFalse(os.path.exists(out), log)
 
+    def test_a_crash_line_reaches_the_page(self):
+        log = self.path("crashed.jsonl")
+        with open(log, "w") as f:
+            f.write('{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":9,"program":"/bin/train","unix_ns":0}\n')
+            f.write('{"v":1,"type":"crash","t":5000000,"signal":"SIGSEGV","code":1,"address":"0x10","thread":77,'
+                    '"crash_file":"/tmp/c.json","devices":[{"device":0,"live_bytes":1048576,"live_count":2,'
+                    '"peak_bytes":2097152}],"sites":[{"site":3,"device":0,"bytes":1048576,"count":2}],'
+                    '"frames":["0x401000","0x402000"]}\n')
+        out = self.path("crashed.html")
+        r = run(log, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        with open(out, encoding="utf-8") as f:
+            data = embedded_data(f.read())
+        self.assertEqual(data["crash"]["signal"], "SIGSEGV")
+        self.assertEqual(data["crash"]["crash_file"], "/tmp/c.json")
+        self.assertEqual(data["crash"]["devices"], [{"device": 0, "live_bytes": 1048576, "live_count": 2, "peak_bytes": 2097152}])
+        self.assertEqual(data["source"]["lines_skipped"], 0)
+
     def test_default_output_is_next_to_the_log(self):
         log = self.path("run.jsonl")
         shutil.copy(os.path.join(DATA, "start_only.jsonl"), log)
