@@ -90,7 +90,9 @@ void write_track_summary(const std::string& dir, std::FILE* out) {
   std::int64_t leaked_count = 0;
   std::size_t used = 0;
   for (const auto& [pid, name] : files) {
-    const std::string path = dir + "/" + name;
+    std::string path = dir;
+    path += '/';
+    path += name;
     std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();
@@ -110,7 +112,11 @@ void write_track_summary(const std::string& dir, std::FILE* out) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (name != "." && name != "..") { static_cast<void>(::unlink((dir + "/" + name).c_str())); }
+      if (name == "." || name == "..") { continue; }
+      std::string leftover = dir;
+      leftover += '/';
+      leftover += name;
+      static_cast<void>(::unlink(leftover.c_str()));
     }
     ::closedir(d);
   }

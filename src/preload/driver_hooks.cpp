@@ -141,7 +141,7 @@ side_tables& sides() {
 }
 
 const void* as_pointer(CUdeviceptr address) noexcept {
-  return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
+  return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address)); // NOLINT(performance-no-int-to-ptr): the driver API's addresses and handles are integers
 }
 
 // Bit d: device d's default pool served a stream-ordered allocation (read at exit).
@@ -385,7 +385,7 @@ GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* ha
       const std::lock_guard<std::mutex> lock(s.mutex);
       s.handles[*handle] = {bytes, device, false};
     }
-    record(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(*handle)), bytes, device, nullptr,
+    record(pl::as_pointer(*handle), bytes, device, nullptr,
            on_device ? memory_kind::device : memory_kind::pinned_host, caller);
   }
   return status;
@@ -406,7 +406,7 @@ GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle ha
     }
   }
   if (known && !info.imported) {
-    forget(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(handle)), info.device, nullptr);
+    forget(pl::as_pointer(handle), info.device, nullptr);
   }
   return real_fn(handle);
 }

@@ -99,6 +99,7 @@ std::uint8_t classify(std::uintptr_t address) noexcept {
   if (c.pages[slot].load(std::memory_order_acquire) == page) { return c.classes[slot].load(std::memory_order_relaxed); }
   Dl_info info{};
   std::uint8_t result = no_holder;
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): a return address, kept as an integer for the cache
   if (::dladdr(reinterpret_cast<void*>(address), &info) != 0 && info.dli_fname != nullptr) {
     const char* base = std::strrchr(info.dli_fname, '/');
     base = base == nullptr ? info.dli_fname : base + 1;

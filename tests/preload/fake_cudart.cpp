@@ -77,21 +77,21 @@ FAKE cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   static const auto fn = entry<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc");
   CUdeviceptr p = 0;
   const CUresult r = fn(&p, bytes);
-  *ptr = reinterpret_cast<void*>(p);
+  *ptr = reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers
   return status_of(r);
 }
 FAKE cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::size_t width, std::size_t height) {
   static const auto fn = entry<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>("cuMemAllocPitch");
   CUdeviceptr p = 0;
   const CUresult r = fn(&p, pitch, width, height, 4);
-  *ptr = reinterpret_cast<void*>(p);
+  *ptr = reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers
   return status_of(r);
 }
 FAKE cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
   static const auto fn = entry<CUresult (*)(CUdeviceptr*, size_t, CUstream)>("cuMemAllocAsync");
   CUdeviceptr p = 0;
   const CUresult r = fn(&p, bytes, reinterpret_cast<CUstream>(stream));
-  *ptr = reinterpret_cast<void*>(p);
+  *ptr = reinterpret_cast<void*>(p);  // NOLINT(performance-no-int-to-ptr): device addresses are integers
   return status_of(r);
 }
 FAKE cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {

@@ -32,7 +32,7 @@ CUresult take_device(CUdeviceptr* ptr, std::size_t bytes) {
   return status;
 }
 CUresult give(CUdeviceptr ptr) {
-  std::free(reinterpret_cast<void*>(ptr));
+  std::free(reinterpret_cast<void*>(ptr));  // NOLINT(performance-no-int-to-ptr): device addresses are integers
   return CUDA_SUCCESS;
 }
 
