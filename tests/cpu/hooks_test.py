@@ -403,6 +403,29 @@ check(bad.returncode == 2 and "usage:" in bad.stderr, "symbolize: no file is a u
 bad = subprocess.run([CLI, "symbolize", "--frobnicate", "x"], capture_output=True, text=True)
 check(bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr, "symbolize: unknown option", bad.stderr)
 
+# Found by cli.symbolize_fuzz and while factoring its reader out: a mapping path holding a NUL cut
+# the addr2line command short (sh then complained on stderr), a field holding a newline split a
+# frame's line in two, and a function name longer than 4095 bytes was read as a name and a
+# location. A stand-in addr2line answers every address with a 5000-byte name.
+fake_addr2line = os.path.join(tmp, "addr2line")
+with open(fake_addr2line, "w") as f:
+    f.write("#!/bin/sh\nshift 5\nfor a in \"$@\"; do echo \"$a\"; head -c 5000 /dev/zero | tr '\\0' f; echo; "
+            "echo /src/long.cpp:7; done\n")
+os.chmod(fake_addr2line, 0o755)
+damaged = os.path.join(tmp, "damaged.crash.json")
+with open(damaged, "w") as f:
+    f.write(json.dumps(dict(schema="gpuguard.crash", version=1, pid=1, thread=1, signal_name="SIG\nSEGV", address="0x0",
+                            frames=["0x401005", "0x7f0000001010"], devices=[],
+                            mappings=["00400000-00403000 r-xp 00000000 08:01 42 /opt/prog",
+                                      "7f0000001000-7f0000002000 r-xp 00000000 08:01 43 /opt/x\0'; touch /tmp/no"])) + "\n")
+out = subprocess.run([CLI, "symbolize", damaged, "--addr2line", fake_addr2line], capture_output=True, text=True)
+check(out.returncode == 0 and out.stderr == "", "symbolize: a damaged record is printed quietly", out.stderr)
+check(out.stdout.splitlines()[:2] == ["SIG\\x0aSEGV in thread 1 of process 1, fault address 0x0", "frames:"],
+      "symbolize: a newline in a field is printed escaped", out.stdout[:300])
+check(out.stdout.splitlines()[2:] == ["  #0 0x401005 %s at /src/long.cpp:7 (prog+0x1005)" % ("f" * 5000),
+                                      "  #1 0x7f0000001010 ??"],
+      "symbolize: a long name is one name; the mapping with a NUL in its path is left out",
+      out.stdout[:300] + "..." + out.stdout[-300:])
 
 if failures:
     print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
