@@ -3,10 +3,12 @@
 #   -DGPUGUARD_SANITIZE=thread              ThreadSanitizer
 # compile and link every target of the project with the sanitizers, so that the library, the
 # `gpuguard` command and the test programs and children are all instrumented. Only the CPU parts
-# are meant to be built in such a tree: nvcc and the LibTorch adapter are turned off (its host code would need the runtime
-# too, and no GPU test runs there), and so are the fuzzers' and the ledger stress test's own
-# sanitizer flags, which the whole tree now has (and which ThreadSanitizer cannot be mixed with).
-set(GPUGUARD_SANITIZE "" CACHE STRING "Sanitizers for the whole build: address,undefined, address, undefined or thread (empty: none)")
+# are meant to be built in such a tree: nvcc and the LibTorch adapter are off (no GPU test runs
+# there, and Torch's libraries are not instrumented), and so is the separate TSan stress target
+# (the tree's own core tests are instrumented now); under thread, the fuzzers too (their
+# ASan flags cannot be mixed with TSan's).
+set(GPUGUARD_SANITIZE "" CACHE STRING
+  "Sanitizers for the whole build: address,undefined, address, undefined or thread (empty: none)")
 
 set(GPUGUARD_SANITIZE_ADDRESS OFF)
 set(GPUGUARD_SANITIZE_THREAD OFF)
@@ -18,11 +20,13 @@ if(NOT GPUGUARD_SANITIZE STREQUAL "")
     elseif(sanitizer STREQUAL "thread")
       set(GPUGUARD_SANITIZE_THREAD ON)
     elseif(NOT sanitizer STREQUAL "undefined")
-      message(FATAL_ERROR "GPUGUARD_SANITIZE='${GPUGUARD_SANITIZE}': expected a list of address, undefined or thread")
+      message(FATAL_ERROR
+        "GPUGUARD_SANITIZE='${GPUGUARD_SANITIZE}': expected a list of address, undefined or thread")
     endif()
   endforeach()
   if(GPUGUARD_SANITIZE_THREAD AND NOT gpuguard_sanitizers STREQUAL "thread")
-    message(FATAL_ERROR "GPUGUARD_SANITIZE='${GPUGUARD_SANITIZE}': ThreadSanitizer cannot be combined with another sanitizer")
+    message(FATAL_ERROR
+      "GPUGUARD_SANITIZE='${GPUGUARD_SANITIZE}': ThreadSanitizer cannot be combined with another sanitizer")
   endif()
   # -fno-sanitize-recover: UBSan's findings end the program (and so fail its test) like ASan's.
   # Frame pointers keep the reports' stacks whole at -O1.
@@ -39,8 +43,8 @@ if(NOT GPUGUARD_SANITIZE STREQUAL "")
   if(GPUGUARD_SANITIZE_THREAD)
     set(GPUGUARD_FUZZ_TESTS OFF)
   endif()
-  message(STATUS "gpuguard: sanitizer build (${GPUGUARD_SANITIZE}); CUDA language, the separate TSan stress target "
-                 "and (under thread) the fuzzers are off")
+  message(STATUS "gpuguard: sanitizer build (${GPUGUARD_SANITIZE}): CUDA language, Torch, the separate TSan "
+                 "stress target and (under thread) the fuzzers off")
 endif()
 
 # How a test's programs should be treated by the sanitizer of this build, on top of the options

@@ -19,6 +19,7 @@ case "$kind" in
   *) echo "usage: scripts/sanitize.sh asan|tsan [BUILD_DIR]" >&2; exit 2 ;;
 esac
 build=${2:-"$root/build-$kind"}
+"$root/scripts/deps.sh" sanitize
 . "$root/scripts/env.sh"
 jobs=$(nproc)
 
