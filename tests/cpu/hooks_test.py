@@ -17,6 +17,8 @@ import tempfile
 import time
 
 CHILD, TRAP_CHILD, ROOT, CLI = sys.argv[1:5]
+# Set by a sanitizer build's test (scripts/sanitize.sh): "address,undefined" or "thread".
+SANITIZE = os.environ.get("GPUGUARD_TEST_SANITIZE", "")
 MIB = 1024 * 1024
 tmp = tempfile.mkdtemp(prefix="gpuguard-hooks-")
 failures = []
@@ -44,8 +46,8 @@ class Run:
         opts = ("device=host:stacks=all:text_log=off:leak_json=%s:jsonl_log=%s:crash_file=%s"
                 % (self.leaks, self.log, self.crash))
         env = dict(os.environ, GPUGUARD_OPTIONS=opts + (":" + options if options else ""))
-        if tsan_options and "TSAN_OPTIONS" in env:  # a ThreadSanitizer build (scripts/sanitize.sh tsan)
-            env["TSAN_OPTIONS"] += ":" + tsan_options
+        if tsan_options and SANITIZE == "thread":
+            env["TSAN_OPTIONS"] = (env.get("TSAN_OPTIONS", "") + ":" + tsan_options).lstrip(":")
         argv = [binary, mode, self.marker] + ([arg] if arg else [])
         self.what = " ".join(argv[1:2] + argv[3:])
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -148,8 +150,6 @@ def crash_record(run, sig):
 
 
 CHILD_NAME = os.path.basename(CHILD)
-# Set by a sanitizer build's test (scripts/sanitize.sh): "address,undefined" or "thread".
-SANITIZE = os.environ.get("GPUGUARD_TEST_SANITIZE", "")
 
 # ---- normal exit: status kept, cleanups once, report written --------------------------------------
 run = Run("exit", "7").finish()
