@@ -29,14 +29,14 @@ usage() { awk 'NR >= 7 && /^#/ { sub(/^# ?/, ""); print; next } NR > 7 { exit }'
 # (multigpu.* run only on a machine with two GPUs; elsewhere they are left out and the summary says so.)
 targets_core="gpuguard_gpu_tests gpuguard_multi_gpu_tests gpuguard_no_gpu_tests gpuguard_leak_child gpuguard_hooks_child gpuguard_demo gpuguard_cli"
 tests_core='^(gpu\.|multigpu\.|no_gpu\.|examples\.demo$)'
-exclude_core='^(gpu\.(torch\.|run$|doctor$|preload$)|multigpu\.torch\.)'
+exclude_core='^(gpu\.(torch\.|run$|run_clean$|doctor$|preload$|preload_torch$)|multigpu\.torch\.)'
 targets_torch="gpuguard_torch_cpu_tests gpuguard_torch_gpu_tests gpuguard_torch_multi_gpu_tests gpuguard_torch_alloc torch_cnn"
 tests_torch='^(gpu\.torch\.|multigpu\.torch\.|torch\.)'
 exclude_torch='^$'
-targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program"
-tests_process='^gpu\.(run|doctor|preload)$'
+targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program"
+tests_process='^gpu\.(run|run_clean|doctor|preload|preload_torch)$'
 exclude_process='^$'
-targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn"
+targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn gpuguard_track_bench gpuguard_cli gpuguard_preload"
 test_slices="core torch process"
 
 slices=()
@@ -148,6 +148,9 @@ for s in "${slices[@]}"; do
       step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+      step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
+        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
+        --out "$out/benchmarks.md" --append-section "H200 machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
         step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
           --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"

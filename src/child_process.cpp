@@ -3,15 +3,15 @@
 #include <gpuguard/child_process.hpp>
 
 #include "exit_paths.hpp"
+#include "process/end.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
-#include <thread>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -76,21 +76,37 @@ int child_process::wait() noexcept {
 
 int child_process::terminate(int grace_ms) noexcept {
   if (pid_ <= 0) { return -1; }
-  const pid_t target = own_group_ ? -pid_ : pid_;
-  static_cast<void>(::kill(target, SIGTERM));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  int status = reap(pid_, false);
-  while (status == -2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    status = reap(pid_, false);
+  const pid_t child = pid_;
+  const bool group = own_group_;
+  int status = -2;
+  const auto collect = [&status, child] {
+    if (status == -2) { status = reap(child, false); }
+  };
+  try {
+    // The one way processes are ended (process/end.hpp): the child, and with its own group every
+    // member of it, each through an identity-checked signal; the group's SIGKILL at once at the end.
+    detail::end_plan plan;
+    plan.grace_ms = grace_ms;
+    plan.reap = collect;
+    plan.live = [child, group] {
+      std::vector<detail::proc_stat> members;
+      for (auto& [pid, s] : detail::read_process_table()) {
+        if (s.alive() && (pid == child || (group && s.pgid == child))) { members.push_back(std::move(s)); }
+      }
+      return members;
+    };
+    plan.kill_all = [child, group, &status] {
+      return (group || status == -2) && ::kill(group ? -child : child, SIGKILL) == 0;
+    };
+    static_cast<void>(detail::end_processes(plan));
+  } catch (...) {  // out of memory: the old way, the group's SIGKILL
+    static_cast<void>(::kill(group ? -child : child, SIGKILL));
   }
   if (status == -2) {
-    static_cast<void>(::kill(target, SIGKILL));
-    status = reap(pid_, true);
-  } else if (own_group_) {
-    static_cast<void>(::kill(target, SIGKILL));  // the rest of its group, if any
+    static_cast<void>(::kill(child, SIGKILL));  // still there after the kill wait: it must go
+    status = reap(child, true);
   }
-  if (own_group_) { remove_group(pid_); }
+  if (own_group_) { remove_group(child); }
   pid_ = -1;
   return status;
 }
@@ -160,26 +176,35 @@ void detail::kill_child_groups() noexcept {
 }
 
 void detail::end_child_groups(int grace_ms) noexcept {
-  bool any = false;
+  std::vector<pid_t> live_groups;
   for (auto& slot : groups) {
     const pid_t group = slot.load(std::memory_order_relaxed);
-    if (group > 0) {
-      any = true;
-      static_cast<void>(::kill(-group, SIGTERM));
-    }
+    if (group > 0) { live_groups.push_back(group); }
   }
-  if (!any) { return; }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  for (;;) {
-    bool alive = false;
-    for (auto& slot : groups) {
-      const pid_t group = slot.load(std::memory_order_relaxed);
-      if (group <= 0) { continue; }
-      while (::waitpid(-group, nullptr, WNOHANG) > 0) {}  // our own children of the group: no zombies
-      if (::kill(-group, 0) == 0) { alive = true; }
-    }
-    if (!alive || std::chrono::steady_clock::now() >= deadline) { break; }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (live_groups.empty()) { return; }
+  try {
+    end_plan plan;
+    plan.grace_ms = grace_ms;
+    plan.reap = [&live_groups] {
+      for (const pid_t group : live_groups) {
+        while (::waitpid(-group, nullptr, WNOHANG) > 0) {}  // our own children of the group: no zombies
+      }
+    };
+    plan.live = [&live_groups] {
+      std::vector<proc_stat> members;
+      for (auto& [pid, s] : read_process_table()) {
+        if (s.alive() && std::find(live_groups.begin(), live_groups.end(), s.pgid) != live_groups.end()) {
+          members.push_back(std::move(s));
+        }
+      }
+      return members;
+    };
+    plan.kill_all = [] {
+      kill_child_groups();
+      return true;
+    };
+    static_cast<void>(end_processes(plan));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the SIGKILL below ends them
   }
   kill_child_groups();
 }

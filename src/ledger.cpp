@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,13 @@ struct alignas(64) atomic_counters {
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::size_t> interval_peak{0};  // the writer thread's sampling interval
+  // The alert on crossing (devices only): the first allocation that takes `current` to
+  // `alert_at` or more records the moment; the writer takes it and writes the alert. Armed and
+  // disarmed by the writer; SIZE_MAX: disarmed. crossing_state: 0 none, 1 being written, 2 ready.
+  std::atomic<std::size_t> alert_at{static_cast<std::size_t>(-1)};
+  std::atomic<int> crossing_state{0};
+  std::size_t crossed_bytes = 0;      // written by the claimer before crossing_state becomes 2
+  std::int64_t crossed_ns = 0;
 
   static void raise_to(std::atomic<std::size_t>& max, std::size_t value) noexcept {
     std::size_t seen = max.load(std::memory_order_relaxed);
@@ -64,6 +72,14 @@ struct alignas(64) atomic_counters {
     raise_to(interval_peak, now);
     total.fetch_add(bytes, std::memory_order_relaxed);
     allocations.fetch_add(1, std::memory_order_relaxed);
+    if (now >= alert_at.load(std::memory_order_relaxed)) { note_crossing(now); }
+  }
+  void note_crossing(std::size_t now) noexcept {
+    int none = 0;
+    if (!crossing_state.compare_exchange_strong(none, 1, std::memory_order_acquire)) { return; }
+    crossed_bytes = now;
+    crossed_ns = detail::now_ns();
+    crossing_state.store(2, std::memory_order_release);
   }
   void remove(std::size_t bytes) noexcept {
     current.fetch_sub(bytes, std::memory_order_relaxed);
@@ -569,7 +585,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
                                    slot->device, slot->site, no_site};
         st.wrong_size.fetch_add(1, std::memory_order_relaxed);
       }
-      if (slot->kind == memory_kind::device && current_device != slot->device) {
+      if (slot->kind == memory_kind::device && current_device != unknown_device && current_device != slot->device) {
         misuses[misuse_count++] = {interposed, misuse_kind::wrong_device, ptr, bytes, slot->bytes,
                                    current_device, slot->device, slot->site, no_site};
         st.wrong_device.fetch_add(1, std::memory_order_relaxed);
@@ -751,6 +767,18 @@ std::vector<int> detail::active_devices() {
     if (st.devices[i].used()) { devices.push_back(i == 0 ? host_device_id : i - 1); }
   }
   return devices;
+}
+
+void detail::arm_crossing(int device, std::size_t bytes) noexcept {
+  state().devices[device_slot_of(device)].alert_at.store(bytes, std::memory_order_relaxed);
+}
+
+std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
+  atomic_counters& c = state().devices[device_slot_of(device)];
+  if (c.crossing_state.load(std::memory_order_acquire) != 2) { return std::nullopt; }
+  const crossing seen{c.crossed_bytes, c.crossed_ns};
+  c.crossing_state.store(0, std::memory_order_release);
+  return seen;
 }
 
 std::size_t detail::take_interval_peak(int device) noexcept {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gpuguard::detail {
@@ -61,6 +62,18 @@ std::vector<int> active_devices();
 /// The most live bytes `device` had since the previous call (or since the start); starts the next
 /// interval at the live bytes of now. For the writer thread's memory samples: one caller only.
 std::size_t take_interval_peak(int device) noexcept;
+
+/// Arms the alert on crossing for `device`: the first allocation that takes the device's live
+/// bytes to `bytes` or more records the moment (one compare on the hot path); SIZE_MAX disarms.
+/// The writer thread arms it from the alert threshold and the device's total.
+void arm_crossing(int device, std::size_t bytes) noexcept;
+/// A crossing recorded since it was armed: the live bytes the allocation left and when.
+struct crossing {
+  std::size_t live_bytes = 0;
+  std::int64_t time_ns = 0;
+};
+/// The crossing recorded for `device`, if any, and forgets it (the writer thread only).
+std::optional<crossing> take_crossing(int device) noexcept;
 
 /// Allocations and bytes recorded per allocation site over the run (sites with a stack only).
 struct site_total {

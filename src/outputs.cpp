@@ -16,6 +16,7 @@
 #include "ledger_internal.hpp"
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"
+#include "report_json.hpp"
 #include "sinks.hpp"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -155,7 +157,7 @@ std::string where(int device) {
 }
 
 void check_device_alert(output_state& st, int device, device_track& track, std::size_t used,
-                        std::size_t total, std::int64_t now) {
+                        std::size_t total, std::int64_t now, bool on_crossing = false) {
   if (st.opts.alert_fraction <= 0.0 || total == 0) { return; }
   const double fraction = static_cast<double>(used) / static_cast<double>(total);
   const double threshold = st.opts.alert_fraction;
@@ -173,9 +175,10 @@ void check_device_alert(output_state& st, int device, device_track& track, std::
   fired.suppressed = track.gate.take_held_back();
   char text[256];
   if (fired.kind == alert_kind::device_full) {
-    std::snprintf(text, sizeof text, "[gpuguard] ALERT: %s is %.1f%% full: %s of %s used (alert_fraction=%.2f)",
+    std::snprintf(text, sizeof text, "[gpuguard] ALERT: %s is %.1f%% full: %s of %s used (alert_fraction=%.2f)%s",
                   where(device).c_str(), fraction * 100.0, detail::format_bytes(used).c_str(),
-                  detail::format_bytes(total).c_str(), threshold);
+                  detail::format_bytes(total).c_str(), threshold,
+                  on_crossing ? ", reached by an allocation" : "");
   } else {
     std::snprintf(text, sizeof text, "[gpuguard] %s is back to %.1f%% used: %s of %s (alert re-armed)",
                   where(device).c_str(), fraction * 100.0, detail::format_bytes(used).c_str(),
@@ -186,6 +189,32 @@ void check_device_alert(output_state& st, int device, device_track& track, std::
     fired.message += " (" + std::to_string(fired.suppressed) + " more crossings held back)";
   }
   deliver_alert(st, std::move(fired));
+}
+
+// The device alert, judged on the crossing the ledger recorded (an allocation took the device
+// past the threshold, however briefly) and then on the sample; then armed again for the next
+// crossing. Memory of other processes (device-wide used minus this process's live bytes, as of
+// this sample) counts towards the threshold.
+void judge_device_alert(output_state& st, int device, device_track& track, const detail::mem_sample& s,
+                        std::size_t total, bool last) {
+  if (st.opts.alert_fraction <= 0.0 || total == 0) { return; }
+  const std::size_t others = s.queried && s.used_bytes > s.live_bytes ? s.used_bytes - s.live_bytes : 0;
+  if (const std::optional<detail::crossing> crossed = detail::take_crossing(device)) {
+    check_device_alert(st, device, track, crossed->live_bytes + others, total, crossed->time_ns, true);
+  } else if (track.gate.armed()) {
+    // Not armed yet when it happened (the device's first sample): the most live since the last
+    // sample still shows a spike.
+    check_device_alert(st, device, track, s.interval_peak_bytes + others, total, s.time_ns, true);
+  }
+  if (!last) {
+    check_device_alert(st, device, track, s.queried ? s.used_bytes : s.live_bytes, total, s.time_ns);
+  }
+  if (last || !track.gate.armed()) {
+    detail::arm_crossing(device, static_cast<std::size_t>(-1));
+    return;
+  }
+  const auto at = static_cast<std::size_t>(st.opts.alert_fraction * static_cast<double>(total));
+  detail::arm_crossing(device, at > others ? at - others : 0);
 }
 
 void check_op_alert(output_state& st, const op_result& op) {
@@ -319,10 +348,7 @@ void sample(output_state& st, bool last) {
         *found = s;
       }
     }
-    if (!last) {
-      const std::size_t used = s.queried ? s.used_bytes : s.live_bytes;
-      check_device_alert(st, device, track, used, s.queried ? s.total_bytes : track.total_bytes, now);
-    }
+    judge_device_alert(st, device, track, s, s.queried ? s.total_bytes : track.total_bytes, last);
   }
 }
 
@@ -418,9 +444,26 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     last.stacks_on = st.opts.stacks != stack_mode::off;
     last.sites_sampled = st.opts.stacks == stack_mode::sampled;
     if (last.stacks_on) {
-      for (const detail::site_total& t : detail::top_sites(20)) {
-        last.sites.push_back({t, resolve_site(t.site)});
+      // The top sites, one per resolved location (an unrolled loop's copies are one site).
+      std::unordered_map<std::string, std::size_t> by_location;
+      for (const detail::site_total& t : detail::top_sites(200)) {
+        std::vector<frame_info> frames = resolve_site(t.site);
+        std::string key = detail::location_key(frames);
+        if (key.empty()) { key = "#" + std::to_string(t.site); }
+        const auto [it, inserted] = by_location.try_emplace(std::move(key), last.sites.size());
+        if (inserted) {
+          last.sites.push_back({t, std::move(frames), {t.site}});
+          continue;
+        }
+        detail::resolved_site& into = last.sites[it->second];
+        into.totals.allocations += t.allocations;
+        into.totals.bytes += t.bytes;
+        into.raw_sites.push_back(t.site);
       }
+      std::stable_sort(last.sites.begin(), last.sites.end(), [](const detail::resolved_site& a, const detail::resolved_site& b) {
+        return a.totals.bytes > b.totals.bytes;
+      });
+      if (last.sites.size() > 20) { last.sites.resize(20); }
     }
     each_sink(st, [&](detail::sink& s) {
       s.finish(last, st.totals);

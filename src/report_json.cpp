@@ -91,7 +91,12 @@ void append_leak_sites(std::string& out, const std::vector<leak_site>& sites) {
     append_uint(out, site.bytes);
     out += ",\"count\":";
     append_uint(out, site.count);
-    out += ",\"frames\":";
+    out += ",\"raw_sites\":[";
+    for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
+      if (i != 0) { out += ','; }
+      append_uint(out, site.raw_sites[i]);
+    }
+    out += "],\"frames\":";
     append_frames(out, site.frames);
     out += '}';
   }

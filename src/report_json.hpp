@@ -29,4 +29,12 @@ void append_misuse(std::string& out, const misuse_counts& misuse);
 /// `[{"site":..,"device":..,"tag":..,"bytes":..,"count":..,"frames":[...]},...]`
 void append_leak_sites(std::string& out, const std::vector<leak_site>& sites);
 
+/// Makes sites whose resolved frames name the same functions, files and lines (and the same device
+/// and tag) one site, keeping their raw ids in `raw_sites`; largest first. Sites without resolved
+/// frames stay apart.
+void merge_sites_by_location(std::vector<leak_site>& sites);
+
+/// The key of a resolved stack for grouping sites by location: "" when some frame is unknown.
+std::string location_key(const std::vector<frame_info>& frames);
+
 }  // namespace gpuguard::detail

@@ -252,7 +252,12 @@ class jsonl_sink final : public sink {
         append_uint(out, site.totals.site);
         field(out, "allocs", site.totals.allocations);
         field(out, "bytes", site.totals.bytes);
-        out += ",\"frames\":";
+        out += ",\"raw_sites\":[";
+        for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
+          if (i != 0) { out += ','; }
+          append_uint(out, site.raw_sites[i]);
+        }
+        out += "],\"frames\":";
         append_frames(out, site.frames);
         out += '}';
       }
@@ -265,6 +270,10 @@ class jsonl_sink final : public sink {
       field(out, "total_count", last.leaks->count);
       out += ",\"sites\":";
       append_leak_sites(out, last.leaks->sites);
+      field(out, "held_bytes", last.leaks->held_bytes);
+      field(out, "held_count", last.leaks->held_count);
+      out += ",\"held\":";
+      append_leak_sites(out, last.leaks->held);
       end();
     }
     std::string& out = begin("end", last.time_ns);

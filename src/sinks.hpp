@@ -68,6 +68,7 @@ struct op_totals {
 struct resolved_site {
   site_total totals;
   std::vector<frame_info> frames;
+  std::vector<site_id> raw_sites;  ///< the raw stack ids grouped here (same resolved location)
 };
 
 /// What the end of the run hands the sinks.

@@ -93,6 +93,9 @@ struct free_result {
   int device = host_device_id;
 };
 
+/// The device of a free whose source does not know or need the current device (the driver-level
+/// interposer: the driver frees a pointer of any device): no wrong-device check.
+inline constexpr int unknown_device = -2;
 /// The size of a free whose size the source does not know (an interposed cudaFree): no size check.
 inline constexpr std::size_t unknown_size = static_cast<std::size_t>(-1);
 

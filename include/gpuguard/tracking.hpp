@@ -48,19 +48,37 @@ struct leak_site {
   std::size_t bytes = 0;
   std::uint64_t count = 0;
   std::vector<frame_info> frames;  ///< resolved; empty without a stack
+  /// The raw stack ids grouped here (`site` is the first): stacks that differ only in return
+  /// addresses within the same source lines (an unrolled loop, inlined copies) are one site.
+  std::vector<site_id> raw_sites;
 };
 
-/// Everything still live, grouped by site, largest first.
+/// Everything still live, grouped by site, largest first: what was lost (`sites`), and apart from
+/// it what a declared exit holder keeps on purpose (`held`, see declare_exit_holder).
 struct leak_report {
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;       ///< leaked: live, and not under an exit holder's tag
   std::uint64_t count = 0;
   std::vector<leak_site> sites;
+  std::size_t held_bytes = 0;  ///< live under an exit holder's tag (a cache), not counted as leaked
+  std::uint64_t held_count = 0;
+  std::vector<leak_site> held; ///< by (site, device, tag), largest first; frames not resolved
   misuse_counts misuse;
   std::vector<std::pair<int, counters>> devices;
 };
 
+/**
+ * Declares that what is live under `tag` when the process ends is kept there on purpose by its
+ * owner until then, as a cache (PyTorch's caching allocator keeps its segments, and the driver
+ * frees them at exit): the exit report lists it as held by the tag's name, not as leaked, and
+ * leak_exitcode does not count it. The preload interposer declares the tag under which it records
+ * allocations made by a caching allocator it recognises (docs/run.md).
+ */
+GPUGUARD_API void declare_exit_holder(tag_id tag) noexcept;
+/// Whether `tag` was declared with declare_exit_holder.
+[[nodiscard]] GPUGUARD_API bool is_exit_holder(tag_id tag) noexcept;
 /// Groups the ledger's live allocations by (site, device, tag), largest first, and resolves the
-/// stacks of the first `max_resolved` sites (the slow part).
+/// stacks of the first `max_resolved` sites (the slow part); sites whose resolved frames name the
+/// same functions, files and lines are then one site (their raw ids in `raw_sites`).
 GPUGUARD_API leak_report collect_leaks(std::size_t max_resolved = 100000);
 
 /// The text report: a headline, then up to `max_sites` sites with their frames.

@@ -9,6 +9,7 @@
 #include "doctor_reap.hpp"
 #include "doctor_report.hpp"
 #include "format.hpp"
+#include "process/end.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -70,7 +71,8 @@ constexpr const char* help_text =
     "                         after the grace period. Signals go through pidfds after the start\n"
     "                         time is checked again, so a reused PID is never hit. Never resets a\n"
     "                         GPU. With --watch, it reaps after the first sample only\n"
-    "  --grace SECONDS        how long --reap waits after SIGTERM (default 5)\n"
+    "  --grace SECONDS        how long --reap waits after SIGTERM before SIGKILL (default 5;\n"
+    "                         decimals allowed, e.g. 0.5; 0 to 86400, as for gpuguard run)\n"
     "  --pid PID[:START_TIME] report only these processes (repeatable), whether or not they hold a\n"
     "                         device; with --reap, end them whatever their class. START_TIME\n"
     "                         (field 22 of /proc/PID/stat, 'start_time' in the JSON) pins the\n"
@@ -96,7 +98,7 @@ constexpr const char* help_text =
     "  1  at least one listed process holds a GPU device (device file or NVML memory)\n"
     "  2  usage error\n"
     "  3  the doctor could not do its job: /proc unreadable, or --reap could not end a target\n"
-    "     (pidfds unavailable, a signal failed, a process survived SIGKILL)\n";
+    "     (a signal failed, a process survived SIGKILL)\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "gpuguard doctor: %s (see 'gpuguard doctor --help')\n", message.c_str());
@@ -209,9 +211,11 @@ int parse_args(int argc, char** argv, options& o) {
       o.count = v;
     } else if (name == "--grace") {
       if (have_grace) { return usage_error("option '--grace' given twice"); }
-      if (!parse_seconds(value, o.grace_s, 0.0, 3600.0)) {
-        return usage_error("option '--grace' needs seconds between 0 and 3600, got '" + value + "'");
+      const std::optional<std::int64_t> ms = gpuguard::detail::parse_grace_ms(value);
+      if (!ms) {
+        return usage_error("option '--grace' needs seconds, e.g. 5 or 0.5, from 0 to 86400, got '" + value + "'");
       }
+      o.grace_s = static_cast<double>(*ms) / 1000.0;
       have_grace = true;
     } else if (name == "--pid") {
       named_pid p;
@@ -467,8 +471,6 @@ void reap_sample(sample& s, const options& o) {
                                 (h.info.uid ? " (UID " + std::to_string(*h.info.uid) + ")" : std::string()) +
                                 ": this user has no permission to signal it, so it was not signalled (run as root "
                                 "or as its owner)"};
-    } else if (!s.reap->unavailable.empty()) {
-      h.reap = reap_outcome{"failed", {}, "pidfds unavailable (" + s.reap->unavailable + "): not signalled"};
     } else {
       chosen.push_back(i);
     }

@@ -1,6 +1,7 @@
 /// @file
-/// @brief Ending GPU holders for `gpuguard doctor --reap`: SIGTERM, then SIGKILL after a grace
-/// period, through pidfds, so that a PID reused by another process is never signalled.
+/// @brief Ending GPU holders for `gpuguard doctor --reap`: the identity check of each target, then
+/// the process layer's one way of ending processes (process/end.hpp: SIGTERM, the grace period,
+/// SIGKILL, through identity-checked signals), as `gpuguard run` ends its leftovers.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +28,13 @@ struct reap_outcome {
 };
 
 /// "" when pidfd_open and pidfd_send_signal work here; else why not (Linux before 5.3, a seccomp
-/// filter, ...). Probes with the caller's own PID; sends nothing.
+/// filter, ...): then signals go by kill(2) right after the start-time check (process/signal.hpp).
 std::string pidfd_unavailable_reason();
 
-/// Ends each target: opens a pidfd, re-reads the start time under `proc_root` and refuses when it
-/// differs from the scanned one, sends SIGTERM (and SIGCONT to a stopped process, so that it can
-/// act on it) to all, waits up to `grace_s` seconds for them to exit, sends SIGKILL to the rest and
-/// waits up to `kill_wait_s` more. Returns one outcome per target, in order. Never throws for a
+/// Ends each target: re-reads the start time under `proc_root` and refuses when it differs from
+/// the scanned one, then sends SIGTERM (and SIGCONT to a stopped process, so that it can act on
+/// it) to all through pidfds, waits up to `grace_s` seconds for them to exit, sends SIGKILL to the
+/// rest and waits up to `kill_wait_s` more. Returns one outcome per target, in order. Never throws for a
 /// process that vanished or cannot be signalled.
 std::vector<reap_outcome> reap(const std::vector<reap_target>& targets, const std::string& proc_root, double grace_s,
                                double kill_wait_s);

@@ -155,7 +155,7 @@ std::string residue_trend(std::optional<std::uint64_t> first, std::optional<std:
 }
 
 int exit_status_of(const sample& s) {
-  bool reap_failed = s.reap && !s.reap->unavailable.empty();
+  bool reap_failed = false;
   int remaining = 0;
   for (const holder& h : s.holders) {
     bool ended = false;
@@ -482,8 +482,10 @@ std::string render_text(const sample& s) {
     }
   }
   if (s.reap && !s.reap->unavailable.empty()) {
-    out += "\nreap refused: " + s.reap->unavailable + "; nothing was signalled\n";
-  } else if (s.reap) {
+    out += "\npidfds unavailable (" + s.reap->unavailable +
+           "): signals were sent with kill(2) right after each target's start time was checked\n";
+  }
+  if (s.reap) {
     int targets = 0;
     int ended = 0;
     for (const holder& h : s.holders) {

@@ -4,6 +4,7 @@
 /// docs/schemas/doctor-v1.schema.json).
 #pragma once
 
+#include "holder.hpp"
 #include "nvml.hpp"
 #include "proc.hpp"
 #include "doctor_reap.hpp"
@@ -24,18 +25,10 @@ inline constexpr int exit_holders = 1;
 inline constexpr int exit_usage = 2;
 inline constexpr int exit_error = 3;
 
-/// Memory NVML attributes to a process on one device.
-struct gpu_memory_use {
-  unsigned device = 0;
-  std::optional<std::uint64_t> bytes;
-};
-
-/// One process in the report.
-struct holder {
-  process_info info;                   ///< info.exists false: no /proc entry here
+/// One process in the report: the holder record run keeps too (info, NVML memory), classified.
+struct holder : gpu_holder {
   bool pid_names_other = false;        ///< NVML's PID names a local process that holds no device file
   classification verdict;
-  std::vector<gpu_memory_use> memory;  ///< from NVML
   bool holds = false;                  ///< device files open or mapped, or NVML memory listed
   bool named = false;                  ///< named with --pid
   std::optional<std::uint64_t> named_start_time;  ///< --pid PID:START_TIME

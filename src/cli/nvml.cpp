@@ -182,6 +182,8 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
   if (compute == nullptr) { compute = symbol<processes_fn>(handle_, "nvmlDeviceGetComputeRunningProcesses_v2"); }
   processes_fn graphics = symbol<processes_fn>(handle_, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   if (graphics == nullptr) { graphics = symbol<processes_fn>(handle_, "nvmlDeviceGetGraphicsRunningProcesses_v2"); }
+  processes_fn mps = symbol<processes_fn>(handle_, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
+  if (mps == nullptr) { mps = symbol<processes_fn>(handle_, "nvmlDeviceGetMPSComputeRunningProcesses_v2"); }
 
   unsigned int count = 0;
   if (const nvml_return rc = count_devices(&count); rc != nvml_success) {
@@ -230,6 +232,7 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
     const std::pair<processes_fn, const char*> kinds[] = {
         {compute, "nvmlDeviceGetComputeRunningProcesses_v3"},
         {graphics, "nvmlDeviceGetGraphicsRunningProcesses_v3"},
+        {mps, "nvmlDeviceGetMPSComputeRunningProcesses_v3"},
     };
     for (const auto& [fn, call] : kinds) {
       if (fn == nullptr) { continue; }
@@ -238,13 +241,16 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
         continue;
       }
       for (const nvml_process_info& info : infos) {
+        std::optional<std::uint64_t> bytes;
+        if (info.usedGpuMemory != nvml_value_not_available) { bytes = info.usedGpuMemory; }
+        // A process in more than one list (compute and graphics) is one entry: keep the larger.
         const auto seen = std::find_if(d.processes.begin(), d.processes.end(),
                                        [&info](const nvml_process& p) { return p.pid == info.pid; });
-        if (seen != d.processes.end()) { continue; }  // listed as compute and graphics: once
-        nvml_process p;
-        p.pid = info.pid;
-        if (info.usedGpuMemory != nvml_value_not_available) { p.bytes = info.usedGpuMemory; }
-        d.processes.push_back(p);
+        if (seen != d.processes.end()) {
+          if (bytes && (!seen->bytes || *bytes > *seen->bytes)) { seen->bytes = bytes; }
+          continue;
+        }
+        d.processes.push_back(nvml_process{info.pid, bytes});
       }
     }
     devices.push_back(std::move(d));
@@ -252,93 +258,34 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
   return devices;
 }
 
-std::vector<gpu_process> nvml_session::processes(std::string* note) const {
-  std::vector<gpu_process> found;
-  std::string ignored;
-  std::string& out = note != nullptr ? *note : ignored;
-  const auto add_note = [&out](const std::string& what) { out += (out.empty() ? "" : "; ") + what; };
-  // NVML's text for `rc`, its number when it has none.
-  const auto text_of = [this](nvml_return rc, const std::string& none) {
-    std::string text = error_string(handle_, rc);
-    return text.empty() ? none : text;
-  };
-  if (handle_ == nullptr) { return found; }
-  const auto get_count = symbol<count_fn>(handle_, "nvmlDeviceGetCount_v2");
-  const auto get_handle = symbol<handle_fn>(handle_, "nvmlDeviceGetHandleByIndex_v2");
-  const auto pick = [this](const char* v3, const char* v2) {
-    const auto fn = symbol<processes_fn>(handle_, v3);
-    return fn != nullptr ? fn : symbol<processes_fn>(handle_, v2);
-  };
-  const std::pair<const char*, processes_fn> queries[] = {
-      {"compute processes", pick("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")},
-      {"graphics processes", pick("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2")},
-      {"MPS processes", pick("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2")},
-  };
-  if (get_count == nullptr || get_handle == nullptr) {
-    add_note("NVML lacks nvmlDeviceGetCount_v2 or nvmlDeviceGetHandleByIndex_v2");
-    return found;
-  }
-  unsigned int devices = 0;
-  if (const nvml_return rc = get_count(&devices); rc != nvml_success) {
-    add_note("nvmlDeviceGetCount: " + text_of(rc, std::to_string(rc)));
-    devices = 0;
-  }
-  std::vector<nvml_process_info> infos;
-  for (unsigned int index = 0; index < devices; ++index) {
-    nvml_device_handle device = nullptr;
-    if (get_handle(index, &device) != nvml_success) {
-      add_note("no handle for device " + std::to_string(index));
-      continue;
-    }
-    const std::size_t device_begin = found.size();
-    for (const auto& [what, fn] : queries) {
-      if (fn == nullptr) { continue; }
-      if (const nvml_return rc = list_processes(fn, device, infos); rc != nvml_success) {
-        add_note(std::string(what) + " on device " + std::to_string(index) + ": " +
-                 text_of(rc, "error " + std::to_string(rc)));
-        continue;
-      }
-      for (const nvml_process_info& info : infos) {
-        std::optional<std::uint64_t> bytes;
-        if (info.usedGpuMemory != nvml_value_not_available) { bytes = info.usedGpuMemory; }
-        // A process in more than one list (compute and graphics) is one holder: keep the larger.
-        const auto same = std::find_if(found.begin() + static_cast<std::ptrdiff_t>(device_begin), found.end(),
-                                       [&info](const gpu_process& p) { return p.pid == static_cast<pid_t>(info.pid); });
-        if (same != found.end()) {
-          if (bytes && (!same->bytes || *bytes > *same->bytes)) { same->bytes = bytes; }
-          continue;
-        }
-        found.push_back(gpu_process{index, static_cast<pid_t>(info.pid), bytes});
-      }
-    }
-  }
-  return found;
-}
-
-gpu_process_snapshot query_gpu_processes() {
-  gpu_process_snapshot snapshot;
+nvml_session open_nvml_for_run(std::string* note) {
   const std::string name = nvml_library_name();
   // What the residue check needs, checked before NVML is initialised.
-  const nvml_session nvml = nvml_session::open(
+  nvml_session nvml = nvml_session::open(
       name, {{"nvmlShutdown"},
              {"nvmlDeviceGetCount_v2"},
              {"nvmlDeviceGetHandleByIndex_v2"},
              {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}});
+  std::string text;
   switch (nvml.failure()) {
     case nvml_failure::none: break;
-    case nvml_failure::not_loaded:
-      snapshot.note = "NVML not available (" + nvml.failure_detail() + ")";
-      return snapshot;
-    case nvml_failure::missing_symbols:
-      snapshot.note = "NVML not usable (" + name + " lacks the _v2/_v3 entry points)";
-      return snapshot;
-    case nvml_failure::init_failed:
-      snapshot.note = "NVML not available (nvmlInit: " + nvml.failure_detail() + ")";
-      return snapshot;
+    case nvml_failure::not_loaded: text = "NVML not available (" + nvml.failure_detail() + ")"; break;
+    case nvml_failure::missing_symbols: text = "NVML not usable (" + name + " lacks the _v2/_v3 entry points)"; break;
+    case nvml_failure::init_failed: text = "NVML not available (nvmlInit: " + nvml.failure_detail() + ")"; break;
   }
-  snapshot.available = true;
-  snapshot.processes = nvml.processes(&snapshot.note);
-  return snapshot;
+  if (note != nullptr) { *note = text; }
+  return nvml;
+}
+
+std::vector<nvml_device> sample_for_run(const nvml_session& nvml, std::string* note) {
+  std::string error;
+  std::vector<nvml_device> devices = nvml.sample(&error);
+  std::string text = error;
+  for (const nvml_device& d : devices) {
+    if (!d.error.empty()) { text += (text.empty() ? "" : "; ") + ("device " + std::to_string(d.index) + ": " + d.error); }
+  }
+  if (note != nullptr) { *note = text; }
+  return devices;
 }
 
 }  // namespace gpuguard::cli

@@ -16,7 +16,7 @@
 
 namespace gpuguard::cli {
 
-/// One process on one device, as NVML lists it (compute and graphics processes, merged).
+/// One process on one device, as NVML lists it (compute, graphics and MPS processes, merged).
 struct nvml_process {
   unsigned pid = 0;                   ///< a PID of the namespace the driver sees: the host's
   std::optional<std::uint64_t> bytes; ///< nullopt when NVML does not know (NVML_VALUE_NOT_AVAILABLE)
@@ -34,18 +34,10 @@ struct nvml_device {
   std::string error;                    ///< what could not be read, "" when everything was
 };
 
-/// One process on one device, as `gpuguard run` reports it.
-struct gpu_process {
-  unsigned device = 0;                 // NVML's device index
-  pid_t pid = 0;                       // NVML's pid: the host's (see docs/run.md on containers)
-  std::optional<std::uint64_t> bytes;  // nullopt when NVML cannot say (containers, MIG, old drivers)
-};
-
-/// NVML's view of the devices' processes at one moment, as `gpuguard run` reports it.
-struct gpu_process_snapshot {
-  bool available = false;  // NVML was loaded and initialised
-  std::string note;        // why it was not, or what went wrong on some device ("" when all fine)
-  std::vector<gpu_process> processes;
+/// Memory NVML attributes to one process on one device: what a holder record (holder.hpp) keeps.
+struct gpu_memory_use {
+  unsigned device = 0;                 ///< NVML's device index
+  std::optional<std::uint64_t> bytes;  ///< nullopt when NVML cannot say (containers, MIG, old drivers)
 };
 
 /// The NVML library to load: GPUGUARD_NVML_LIBRARY when set and not empty, else libnvidia-ml.so.1.
@@ -87,14 +79,11 @@ class nvml_session {
   /// The driver's version, "" when unknown.
   [[nodiscard]] const std::string& driver_version() const noexcept { return driver_version_; }
 
-  /// Reads every device now. Errors for one device are recorded in its `error`; an error for the
-  /// device count is returned as one device-less result with `*error` set.
+  /// Reads every device now: its memory and its compute, graphics and MPS processes (the _v3
+  /// queries, _v2 where those are missing); a process in more than one list of a device is one
+  /// entry, with the larger figure. Errors for one device are recorded in its `error`; an error for
+  /// the device count leaves the result empty with `*error` set. Both commands read NVML here.
   std::vector<nvml_device> sample(std::string* error) const;
-
-  /// The compute, graphics and MPS processes of every device, for `gpuguard run`: a process in
-  /// more than one list of a device is one entry, with the larger figure. What went wrong on a
-  /// device (or for the device count) is appended to `*note`, "; "-separated.
-  std::vector<gpu_process> processes(std::string* note) const;
 
  private:
   void close() noexcept;
@@ -110,9 +99,14 @@ static_assert(!std::is_copy_constructible_v<nvml_session> && std::is_nothrow_mov
                   std::is_nothrow_move_assignable_v<nvml_session>,
               "nvml_session owns the library: move-only");
 
-/// Loads NVML (nvml_library_name()), lists the processes of every device (nvml_session::processes),
-/// then shuts NVML down and unloads it. Takes from milliseconds to a second (NVML's initialisation).
-/// Never throws but std::bad_alloc.
-gpu_process_snapshot query_gpu_processes();
+/// Loads NVML (nvml_library_name()) as `gpuguard run` needs it: the process queries are checked
+/// before NVML is initialised. When it is not available, `*note` says why in run's words ("NVML not
+/// available (...)"). Takes from milliseconds to a second (NVML's initialisation). Never throws
+/// but std::bad_alloc.
+nvml_session open_nvml_for_run(std::string* note);
+
+/// The devices' memory and processes from a sample, with what went wrong in `*note` ("; "-joined
+/// per device errors): the one reading `gpuguard run` makes (residue check, --require-clean).
+std::vector<nvml_device> sample_for_run(const nvml_session& nvml, std::string* note);
 
 }  // namespace gpuguard::cli

@@ -7,45 +7,23 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <deque>
 #include <iterator>
 #include <string>
 #include <system_error>
-#include <unordered_map>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 namespace gpuguard::cli {
+
+using detail::numeric_entries;
+using detail::read_small_file;
 
 namespace {
 
 // Large enough for the maps of a process with every CUDA library loaded; a bigger file is cut.
 constexpr std::size_t max_maps_bytes = std::size_t{64} << 20;
 constexpr std::size_t max_cmdline_bytes = 4096;
-
-// The whole of a (small, /proc) file, read with plain syscalls: /proc files report size 0.
-std::optional<std::string> read_text(const std::string& path, std::size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { return std::nullopt; }
-  std::string text;
-  char buffer[8192];
-  bool ok = true;
-  while (text.size() < max_bytes) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) { continue; }
-      ok = false;
-      break;
-    }
-    if (n == 0) { break; }
-    text.append(buffer, std::min(static_cast<std::size_t>(n), max_bytes - text.size()));
-  }
-  ::close(fd);
-  if (!ok) { return std::nullopt; }
-  return text;
-}
 
 template <typename T>
 bool parse_number(std::string_view text, T& out) {
@@ -67,20 +45,6 @@ std::vector<std::string_view> split_fields(std::string_view text) {
   return fields;
 }
 
-// The numeric entries of a directory (PIDs, TIDs, fds), or nullopt with errno set.
-std::optional<std::vector<int>> numeric_entries(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) { return std::nullopt; }
-  std::vector<int> out;
-  while (const dirent* e = ::readdir(d)) {
-    int n = 0;
-    if (parse_number(std::string_view(e->d_name), n) && n >= 0) { out.push_back(n); }
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::optional<std::string> read_link(const std::string& path) {
   std::string target(4096, '\0');
   const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
@@ -98,25 +62,6 @@ device_use& use_of(std::vector<device_use>& uses, std::string_view path) {
 }
 
 bool is_dead_state(char state) noexcept { return state == 'Z' || state == 'X' || state == 'x'; }
-
-// Whether a thread of `pid` other than its leader is still running (for a leader that shows 'Z').
-bool has_live_thread(pid_t pid) {
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  const std::optional<std::vector<int>> tids = numeric_entries(dir);
-  if (!tids) { return false; }
-  for (const int tid : *tids) {
-    if (tid <= 0 || tid == pid) { continue; }
-    const std::string stat = read_text(dir + "/" + std::to_string(tid) + "/stat", 4096).value_or(std::string());
-    const std::size_t close = stat.rfind(')');
-    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z' && stat[close + 2] != 'X') {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Alive: not a zombie, or a zombie leader whose other threads still run.
-bool is_live(const proc_stat& s) noexcept { return !is_dead_state(s.state) || s.num_threads > 1; }
 
 // Whether `ancestor` is on the parent chain that starts at `pid` (bounded: /proc is read racily).
 bool is_ancestor(const process_table& table, int ancestor, int pid) {
@@ -137,28 +82,6 @@ std::string describe(const process_table& table, int pid) {
 }
 
 }  // namespace
-
-std::optional<proc_stat> parse_proc_stat(std::string_view text) {
-  const std::size_t open = text.find('(');
-  const std::size_t close = text.rfind(')');
-  if (open == std::string_view::npos || close == std::string_view::npos || close < open) { return std::nullopt; }
-  proc_stat s;
-  std::string_view pid_text = text.substr(0, open);
-  while (!pid_text.empty() && pid_text.back() == ' ') { pid_text.remove_suffix(1); }
-  if (!parse_number(pid_text, s.pid) || s.pid < 0) { return std::nullopt; }
-  s.comm = std::string(text.substr(open + 1, close - open - 1));
-  // Fields from (3) on; fields[0] is field (3).
-  const std::vector<std::string_view> fields = split_fields(text.substr(close + 1));
-  if (fields.size() < 20) { return std::nullopt; }
-  if (fields[0].size() != 1) { return std::nullopt; }
-  s.state = fields[0][0];
-  if (!parse_number(fields[1], s.ppid) || !parse_number(fields[2], s.pgid) || !parse_number(fields[3], s.sid) ||
-      !parse_number(fields[6], s.flags) || !parse_number(fields[17], s.num_threads) ||
-      !parse_number(fields[19], s.start_time)) {
-    return std::nullopt;
-  }
-  return s;
-}
 
 const char* state_name(char state) noexcept {
   switch (state) {
@@ -213,18 +136,12 @@ device_scan scan_device_files(const std::string& dir, std::string_view prefix) {
   } else {
     scan.error = errno;
   }
-  if (const std::optional<std::string> text = read_text(dir + "/maps", max_maps_bytes)) {
+  if (const std::optional<std::string> text = read_small_file(dir + "/maps", max_maps_bytes)) {
     for (const std::string_view path : mapped_paths_under(*text, prefix)) { ++use_of(scan.uses, path).mappings; }
   }
   std::sort(scan.uses.begin(), scan.uses.end(),
             [](const device_use& a, const device_use& b) { return a.path < b.path; });
   return scan;
-}
-
-std::optional<proc_stat> read_stat(const std::string& proc_root, int pid) {
-  const std::optional<std::string> text = read_text(proc_root + "/" + std::to_string(pid) + "/stat", 4096);
-  if (!text) { return std::nullopt; }
-  return parse_proc_stat(*text);
 }
 
 process_info read_process(const std::string& proc_root, int pid, const std::string& prefix) {
@@ -245,7 +162,7 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
       for (const int tid : *tids) {
         if (tid == pid) { continue; }
         const std::string task = dir + "/task/" + std::to_string(tid);
-        const std::optional<std::string> text = read_text(task + "/stat", 4096);
+        const std::optional<std::string> text = read_small_file(task + "/stat", 4096);
         const std::optional<proc_stat> ts = text ? parse_proc_stat(*text) : std::nullopt;
         if (ts && !is_dead_state(ts->state)) {
           info.main_thread_exited = true;
@@ -258,7 +175,7 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
     }
   }
 
-  if (const std::optional<std::string> cmdline = read_text(task_dir + "/cmdline", max_cmdline_bytes)) {
+  if (const std::optional<std::string> cmdline = read_small_file(task_dir + "/cmdline", max_cmdline_bytes)) {
     std::string command = *cmdline;
     std::replace(command.begin(), command.end(), '\0', ' ');
     while (!command.empty() && command.back() == ' ') { command.pop_back(); }
@@ -266,7 +183,7 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
   }
   if (info.command.empty()) { info.command = "[" + info.stat.comm + "]"; }
 
-  if (const std::optional<std::string> status = read_text(dir + "/status", 65536)) {
+  if (const std::optional<std::string> status = read_small_file(dir + "/status", 65536)) {
     proc_status parsed = parse_proc_status(*status);
     info.uid = parsed.uid;
     info.sighup_ignored = parsed.sighup_ignored;
@@ -279,6 +196,7 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
 
   device_scan scan = scan_device_files(task_dir, prefix);
   info.fds_readable = scan.fds_readable;
+  info.fds_error = scan.fds_readable ? 0 : scan.error;
   if (info.fds_readable) { info.devices = std::move(scan.uses); }
   return info;
 }
@@ -323,7 +241,7 @@ std::string parse_cgroup_v2(std::string_view text) {
 }
 
 std::string read_cgroup(const std::string& proc_root, int pid) {
-  const std::optional<std::string> text = read_text(proc_root + "/" + std::to_string(pid) + "/cgroup", 65536);
+  const std::optional<std::string> text = read_small_file(proc_root + "/" + std::to_string(pid) + "/cgroup", 65536);
   return text ? parse_cgroup_v2(*text) : std::string();
 }
 
@@ -398,17 +316,17 @@ classification classify(const proc_stat* p, char state, const process_table& tab
   const bool leads_group = p->pgid == p->pid;
   const bool leads_session = p->sid == p->pid;
   const auto leader = table.find(p->pgid);
-  const bool leader_alive = leader != table.end() && leader->second.pgid == p->pgid && is_live(leader->second);
+  const bool leader_alive = leader != table.end() && leader->second.pgid == p->pgid && leader->second.alive();
   const auto parent_it = table.find(p->ppid);
   const bool parent_in_group = parent_it != table.end() && parent_it->second.pgid == p->pgid;
   // A job-control shell starts each member of a pipeline itself, in the job's group but outside
   // it: a live parent that leads the process's own session is its starter, not an adopter.
   const bool parent_is_session_shell = p->ppid > 1 && parent_it != table.end() && !parent_in_group &&
                                        parent_it->second.pid == p->sid && parent_it->second.sid == p->sid &&
-                                       is_live(parent_it->second);
+                                       parent_it->second.alive();
   int live_child = 0;
   for (const auto& [pid, e] : table) {
-    if (e.ppid == p->pid && pid != p->pid && is_live(e)) {
+    if (e.ppid == p->pid && pid != p->pid && e.alive()) {
       live_child = pid;
       break;
     }
@@ -422,10 +340,10 @@ classification classify(const proc_stat* p, char state, const process_table& tab
   // there alone (its own children are counted above), in "/" where daemon(3) leaves it.
   const auto session_leader = table.find(p->sid);
   const bool session_leader_alive = session_leader != table.end() && session_leader->second.sid == p->sid &&
-                                    is_live(session_leader->second);
+                                    session_leader->second.alive();
   bool alone_in_session = true;
   for (const auto& [pid, e] : table) {
-    if (pid != p->pid && e.sid == p->sid && is_live(e)) {
+    if (pid != p->pid && e.sid == p->sid && e.alive()) {
       alone_in_session = false;
       break;
     }
@@ -518,78 +436,22 @@ classification classify(const proc_stat* p, char state, const process_table& tab
 
 // ---- `gpuguard run` ----
 
-std::optional<proc_entry> read_proc_entry(pid_t pid) {
-  const std::optional<proc_stat> stat = read_stat("/proc", static_cast<int>(pid));
-  if (!stat) { return std::nullopt; }
-  proc_entry entry;
-  entry.pid = pid;
-  entry.ppid = static_cast<pid_t>(stat->ppid);
-  entry.pgid = static_cast<pid_t>(stat->pgid);
-  entry.sid = static_cast<pid_t>(stat->sid);
-  entry.state = stat->state;
-  entry.start_time = stat->start_time;
-  entry.comm = stat->comm;
-  if (entry.state == 'Z') { entry.zombie_with_threads = has_live_thread(pid); }
-  return entry;
-}
-
-std::vector<proc_entry> list_processes() {
-  std::vector<proc_entry> table;
-  const std::optional<std::vector<int>> pids = numeric_entries("/proc");
-  if (!pids) { return table; }
-  for (const int pid : *pids) {
-    if (pid <= 0) { continue; }
-    if (auto e = read_proc_entry(static_cast<pid_t>(pid))) { table.push_back(std::move(*e)); }
-  }
-  return table;
-}
-
-std::vector<proc_entry> descendants_of(pid_t root, const std::vector<proc_entry>& table) {
-  std::unordered_multimap<pid_t, const proc_entry*> children;
-  children.reserve(table.size());
-  for (const proc_entry& e : table) { children.emplace(e.ppid, &e); }
-  std::vector<proc_entry> found;
-  std::deque<pid_t> queue{root};
-  while (!queue.empty()) {
-    const pid_t parent = queue.front();
-    queue.pop_front();
-    const auto [first, last] = children.equal_range(parent);
-    for (auto it = first; it != last; ++it) {
-      const proc_entry& child = *it->second;
-      if (child.pid == root) { continue; }  // cannot happen in a real table; guards against loops
-      found.push_back(child);
-      queue.push_back(child.pid);
-    }
-  }
-  return found;
-}
-
-std::string read_cmdline(pid_t pid) {
-  std::string text = read_text("/proc/" + std::to_string(pid) + "/cmdline", max_cmdline_bytes).value_or(std::string());
-  while (!text.empty() && text.back() == '\0') { text.pop_back(); }
-  std::replace(text.begin(), text.end(), '\0', ' ');
-  return text;
-}
-
-device_files held_device_files(pid_t pid, std::string_view prefix) {
-  device_files result;
-  if (prefix.empty()) { return result; }
-  device_scan scan = scan_device_files("/proc/" + std::to_string(pid), prefix);
-  result.error = scan.fds_readable ? 0 : scan.error;
+std::vector<std::string> held_paths(const process_info& info, std::string_view prefix) {
+  std::vector<std::string> paths;
   constexpr std::string_view deleted = " (deleted)";
-  for (const device_use& use : scan.uses) {
-    if (use.fds > 0) { result.paths.push_back(use.path); }
-    if (use.mappings == 0 || use.path.front() != '/') { continue; }
+  for (const device_use& use : info.devices) {
+    if (use.fds > 0) { paths.push_back(use.path); }
+    if (use.mappings == 0 || use.path.empty() || use.path.front() != '/') { continue; }
     // A mapping of a file removed since keeps it; the file is named without the kernel's suffix.
     std::string_view path = use.path;
     if (path.size() > deleted.size() && path.substr(path.size() - deleted.size()) == deleted) {
       path.remove_suffix(deleted.size());
     }
-    if (under_prefix(path, prefix)) { result.paths.emplace_back(path); }
+    if (under_prefix(path, prefix)) { paths.emplace_back(path); }
   }
-  std::sort(result.paths.begin(), result.paths.end());
-  result.paths.erase(std::unique(result.paths.begin(), result.paths.end()), result.paths.end());
-  return result;
+  std::sort(paths.begin(), paths.end());
+  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+  return paths;
 }
 
 }  // namespace gpuguard::cli

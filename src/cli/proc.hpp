@@ -1,7 +1,7 @@
 /// @file
-/// @brief What the commands read from /proc: the /proc/PID/stat parser, the scan of a process's
-/// descriptors and mappings for device files under a prefix (`/dev/nvidia` by default), the
-/// process table and descendants `gpuguard run` supervises, and the classification of a process
+/// @brief What the commands read from /proc beyond the process layer's model (process/proc_stat.hpp:
+/// the stat line, the process table, descendants): the scan of a process's descriptors and
+/// mappings for device files under a prefix (`/dev/nvidia` by default), and the classification of a process
 /// that holds a GPU device `gpuguard doctor` reports (running, stopped, zombie, uninterruptible,
 /// orphaned, not visible in this PID namespace).
 ///
@@ -10,6 +10,8 @@
 /// input. The doctor's functions take the /proc root and the device prefix as parameters, so the
 /// scan runs on fake device files (tests) as well as on /dev/nvidia*.
 #pragma once
+
+#include "process/proc_stat.hpp"
 
 #include <cstdint>
 #include <map>
@@ -22,25 +24,12 @@
 
 namespace gpuguard::cli {
 
-/// The fields of /proc/PID/stat the commands use (proc(5) numbering in the comments).
-struct proc_stat {
-  int pid = 0;                  ///< (1)
-  std::string comm;             ///< (2) without the parentheses
-  char state = '?';             ///< (3) R S D Z T t X I ...
-  int ppid = 0;                 ///< (4) 0 when the parent is outside this PID namespace
-  int pgid = 0;                 ///< (5)
-  int sid = 0;                  ///< (6)
-  std::uint64_t flags = 0;      ///< (9) PF_* flags
-  std::int64_t num_threads = 0; ///< (20)
-  std::uint64_t start_time = 0; ///< (22) clock ticks after boot: with the PID, the identity of a process
-};
-
-/// The kernel's PF_EXITING: the process is in do_exit().
-inline constexpr std::uint64_t pf_exiting = 0x4;
-
-/// Parses the text of /proc/PID/stat. The command name may hold spaces and parentheses (it ends at
-/// the last ')'). Returns nullopt for text that is not a stat line; never throws for bad input.
-std::optional<proc_stat> parse_proc_stat(std::string_view text);
+// The /proc model is the process layer's, shared with the core (process/proc_stat.hpp).
+using detail::parse_proc_stat;
+using detail::pf_exiting;
+using detail::proc_stat;
+using detail::process_table;
+using detail::read_stat;
 
 /// What the commands read from the text of /proc/PID/status.
 struct proc_status {
@@ -96,14 +85,11 @@ struct process_info {
   std::vector<int> ns_pids;        ///< NSpid: this namespace's PID first, then nested namespaces'
   std::vector<device_use> devices; ///< device files under the prefix it holds open or mapped
   bool fds_readable = false;       ///< its fd directory (and maps) could be read
+  int fds_error = 0;               ///< errno of the failed listing (EACCES: another user's process)
   std::optional<bool> sighup_ignored; ///< SIGHUP is in SigIgn of /proc/PID/status (nohup); nullopt: unknown
   std::string cwd;                 ///< readlink /proc/PID/cwd; "" when unreadable (another user's process)
   std::string cgroup;              ///< its cgroup v2 path ("0::" line of /proc/PID/cgroup); "" when unknown
 };
-
-/// The stat line of every process in the /proc tree, by PID: what classification looks at
-/// (parents, process group leaders).
-using process_table = std::map<int, proc_stat>;
 
 /// The result of one scan.
 struct scan_result {
@@ -169,49 +155,10 @@ struct classification {
 classification classify(const proc_stat* p, char state, const process_table& table,
                         const process_facts* facts = nullptr);
 
-/// Reads /proc_root/PID/stat again; nullopt when the process is gone or unreadable.
-std::optional<proc_stat> read_stat(const std::string& proc_root, int pid);
+// ---- `gpuguard run`: held device files ----
 
-// ---- `gpuguard run`: the process table, descendants and held device files ----
-
-/// A process as `gpuguard run`'s supervisor tracks it: its /proc/PID/stat line, parsed by
-/// parse_proc_stat, with whether a zombie leader still has live threads.
-struct proc_entry {
-  pid_t pid = 0;
-  pid_t ppid = 0;
-  pid_t pgid = 0;
-  pid_t sid = 0;
-  char state = '?';              // R, S, D, Z, T, t, X, I, ...
-  bool zombie_with_threads = false;  // a leader that ended while other threads of it run
-  std::uint64_t start_time = 0;  // clock ticks after boot: with the pid, names one process for good
-  std::string comm;              // the kernel's short name (15 bytes at most)
-
-  /// False for a zombie whose every thread has ended (a leader that ended while other threads
-  /// run shows 'Z' too, and is still alive).
-  [[nodiscard]] bool alive() const noexcept { return (state != 'Z' && state != 'X') || zombie_with_threads; }
-};
-
-/// /proc/PID/stat parsed; nullopt when the process is gone (or /proc says something unexpected).
-std::optional<proc_entry> read_proc_entry(pid_t pid);
-
-/// Every process /proc shows, in no particular order.
-std::vector<proc_entry> list_processes();
-
-/// The processes below `root` in `table` (children, their children, ...), found through the
-/// parent links; `root` itself is not included. Breadth-first order.
-std::vector<proc_entry> descendants_of(pid_t root, const std::vector<proc_entry>& table);
-
-/// /proc/PID/cmdline with its NUL separators turned into spaces ("" if gone or a kernel thread).
-std::string read_cmdline(pid_t pid);
-
-/// The files under a device prefix one process holds.
-struct device_files {
-  std::vector<std::string> paths;  // sorted, each once: open descriptors and mappings together
-  int error = 0;                   // errno of a failed look (EACCES: another user's process)
-};
-
-/// Which paths starting with `prefix` process `pid` has open (/proc/PID/fd) or mapped
-/// (/proc/PID/maps: a mapping keeps the device open after its descriptor is closed).
-device_files held_device_files(pid_t pid, std::string_view prefix);
+/// The device paths a process holds (info.devices, open or mapped), each once; a mapping of a
+/// file removed since is named without the kernel's " (deleted)" suffix.
+std::vector<std::string> held_paths(const process_info& info, std::string_view prefix);
 
 }  // namespace gpuguard::cli

@@ -4,11 +4,12 @@
 // started; 2 for a usage error; 1 when the supervisor itself failed.
 #include "commands.hpp"
 #include "format.hpp"
+#include "process/end.hpp"
 #include "run_report.hpp"
+#include "run_track.hpp"
 #include "run_supervisor.hpp"
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +37,11 @@ constexpr const char* help_text =
     "(/dev/nvidia*) when CMD ended, and how much memory NVML says they held.\n"
     "\n"
     "  - CMD runs in a process group of its own; gpuguard is a child subreaper, so orphaned\n"
-    "    descendants come back to it, and it reaps every zombie\n"
+    "    descendants come back to it, and it reaps every zombie (also as PID 1 of a container)\n"
+    "  - where cgroup v2 is writable (root, a container with its own cgroup, a delegated systemd\n"
+    "    scope), CMD also runs in a cgroup of its own (gpuguard-run.PID.PIDNS, below its own), which\n"
+    "    nothing it starts can leave by setsid or double fork; the leftovers' SIGKILL is then\n"
+    "    cgroup.kill, all at once. The summary line and the report say which boundary ran\n"
     "  - SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT are forwarded\n"
     "    to CMD's process group; on a terminal, CMD's group gets the foreground (Ctrl-C reaches it\n"
     "    directly, and Ctrl-Z stops the whole job)\n"
@@ -57,6 +62,12 @@ constexpr const char* help_text =
     "  --device-prefix PATH   device files that count as holding a GPU: open or mapped files\n"
     "                         whose path starts with PATH (default /dev/nvidia; environment:\n"
     "                         GPUGUARD_DEVICE_PREFIX)\n"
+    "  --no-cgroup            do not make the job's cgroup: the subreaper path alone\n"
+    "  --require-clean        after the job, exit 125 unless the GPU is clean within the grace\n"
+    "                         period (at least 1 s): no process of the job holds a device file,\n"
+    "                         NVML lists no PID of the job, and each device's used memory is back\n"
+    "                         to where it was before CMD started (within 64 MiB). Without NVML\n"
+    "                         it cannot tell, and exits 125 too\n"
     "  --track                track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD\n"
     "                         (found in ../lib next to the gpuguard executable, or in the build\n"
     "                         tree; GPUGUARD_PRELOAD_LIBRARY=PATH names it)\n"
@@ -68,7 +79,8 @@ constexpr const char* help_text =
     "\n"
     "environment:\n"
     "  GPUGUARD_RUN_OPTIONS   defaults for the options, 'key=value' items separated by ':':\n"
-    "                         grace=SECONDS, report=PATH, track=0|1 (options on the command\n"
+    "                         grace=SECONDS, report=PATH, track=0|1, cgroup=0|1,\n"
+    "                         require_clean=0|1 (options on the command\n"
     "                         line win). A bad item is reported on stderr and ignored. It is not\n"
     "                         passed on to CMD\n"
     "  GPUGUARD_DEVICE_PREFIX  as --device-prefix\n"
@@ -80,32 +92,19 @@ constexpr const char* help_text =
     "\n"
     "exit status:\n"
     "  CMD's exit status, or 128+N when signal N ended it\n"
+    "  125  --require-clean: the GPU was not clean after the job (CMD's own status is\n"
+    "       in the summary line and the report)\n"
     "  127  CMD was not found; 126  CMD could not be executed\n"
     "  2    usage error (nothing is started)\n"
     "  1    gpuguard itself failed, or CMD's status could not be learnt\n";
-
-constexpr double max_grace_s = 86400.0;
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "gpuguard run: %s (see 'gpuguard run --help')\n", message.c_str());
   return 2;
 }
 
-// "5", "0.5", "10.25": seconds as plain decimal digits; milliseconds (rounded up), or nullopt.
-std::optional<std::int64_t> parse_grace(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') { ++i; }
-  if (i == 0 || i > 9) { return std::nullopt; }
-  if (i < text.size()) {
-    if (text[i] != '.' || i + 1 == text.size()) { return std::nullopt; }
-    for (std::size_t k = i + 1; k < text.size(); ++k) {
-      if (text[k] < '0' || text[k] > '9') { return std::nullopt; }
-    }
-  }
-  const double seconds = std::strtod(std::string(text).c_str(), nullptr);
-  if (!(seconds >= 0.0 && seconds <= max_grace_s)) { return std::nullopt; }
-  return static_cast<std::int64_t>(std::ceil(seconds * 1000.0 - 1e-6));
-}
+// The grace period: one range and one syntax for run and doctor (process/end.hpp).
+std::optional<std::int64_t> parse_grace(std::string_view text) { return detail::parse_grace_ms(text); }
 
 std::optional<bool> parse_bool(std::string_view text) {
   if (text == "1" || text == "true" || text == "yes") { return true; }
@@ -152,6 +151,8 @@ struct parsed_options {
   std::optional<std::string> report;
   std::optional<std::string> device_prefix;
   std::optional<bool> track;
+  std::optional<bool> cgroup;
+  std::optional<bool> require_clean;
   std::vector<std::string> options;  // --options, in order
 };
 
@@ -181,6 +182,10 @@ void read_environment_options(parsed_options& opts) {
       opts.report = value;
     } else if (key == "track") {
       if (auto b = parse_bool(value)) { opts.track = b; } else { bad("0 or 1"); }
+    } else if (key == "require_clean") {
+      if (auto b = parse_bool(value)) { opts.require_clean = b; } else { bad("0 or 1"); }
+    } else if (key == "cgroup") {
+      if (auto b = parse_bool(value)) { opts.cgroup = b; } else { bad("0 or 1"); }
     } else {
       std::fprintf(stderr, "gpuguard run: GPUGUARD_RUN_OPTIONS: unknown key '%s'; ignored\n", key.c_str());
     }
@@ -253,6 +258,14 @@ int run_main(int argc, char** argv) {
       opts.track = true;
       continue;
     }
+    if (arg == "--no-cgroup") {
+      opts.cgroup = false;
+      continue;
+    }
+    if (arg == "--require-clean") {
+      opts.require_clean = true;
+      continue;
+    }
     // Options with a value: "--grace 5" or "--grace=5".
     std::string name = arg;
     std::optional<std::string> value;
@@ -289,6 +302,8 @@ int run_main(int argc, char** argv) {
   if (config.command.front().empty()) { return usage_error("the command is an empty string"); }
   if (opts.grace_ms) { config.grace_ms = *opts.grace_ms; }
   if (opts.device_prefix) { config.device_prefix = *opts.device_prefix; }
+  config.use_cgroup = opts.cgroup.value_or(true);
+  config.require_clean = opts.require_clean.value_or(false);
   if (opts.report && !opts.report->empty()) {
     config.report_path = detail::expand_path(*opts.report);
     const std::string dir = directory_of(config.report_path);
@@ -309,6 +324,9 @@ int run_main(int argc, char** argv) {
     }
   }
   config.environment = command_environment(preload, opts.options);
+  // With --track each process that used CUDA leaves a record here; the summary reads them.
+  const std::string track_dir = preload.empty() ? std::string() : make_track_dir();
+  if (!track_dir.empty()) { config.environment.push_back("GPUGUARD_TRACK_DIR=" + track_dir); }
 
   run_outcome outcome;
   try {
@@ -320,7 +338,9 @@ int run_main(int argc, char** argv) {
   if (outcome.how == run_outcome::end::not_started) {
     std::fprintf(stderr, "gpuguard run: cannot start '%s': %s\n", config.command.front().c_str(),
                  std::strerror(outcome.exec_error));
+    if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
   } else {
+    write_track_summary(track_dir, stderr);
     std::fputs(run_summary_line(config, outcome).c_str(), stderr);
   }
   if (!config.report_path.empty()) {

@@ -30,24 +30,15 @@ std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-// The bytes NVML gives a holder, summed over its devices; nullopt if none is known.
-std::optional<std::uint64_t> holder_bytes(const device_holder& h) {
-  std::optional<std::uint64_t> total;
-  for (const gpu_process& g : h.gpu) {
-    if (g.bytes) { total = total.value_or(0) + *g.bytes; }
-  }
-  return total;
-}
-
 // "4242 python3 (2.50 GiB on GPU 0)"; without NVML the memory is left out here and said once.
-std::string describe_holder(const device_holder& h, const residue_check& check) {
-  std::string text = std::to_string(h.pid) + " " + h.comm;
+std::string describe_holder(const gpu_holder& h, const residue_check& check) {
+  std::string text = std::to_string(h.info.pid) + " " + h.info.stat.comm;
   if (!check.nvml_available) { return text; }
-  if (const auto bytes = holder_bytes(h)) {
+  if (const auto bytes = memory_bytes(h)) {
     text += " (" + detail::format_bytes(static_cast<std::size_t>(*bytes));
-    return text + (h.gpu.size() == 1 ? " on GPU " + std::to_string(h.gpu.front().device) + ")" : ")");
+    return text + (h.memory.size() == 1 ? " on GPU " + std::to_string(h.memory.front().device) + ")" : ")");
   }
-  return text + (h.gpu.empty() ? " (not listed by NVML)" : " (memory unknown to NVML)");
+  return text + (h.memory.empty() ? " (not listed by NVML)" : " (memory unknown to NVML)");
 }
 
 std::string describe_holders(const residue_check& check) {
@@ -67,30 +58,31 @@ std::string command_name(const run_config& config) {
   return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
 }
 
-void append_holders_json(std::string& out, const residue_check& check) {
+void append_holders_json(std::string& out, const residue_check& check, const std::string& prefix) {
   out += "{\"checked\": ";
   out += check.done ? "true" : "false";
   out += ", \"holders\": [";
   for (std::size_t i = 0; i < check.holders.size(); ++i) {
-    const device_holder& h = check.holders[i];
+    const gpu_holder& h = check.holders[i];
     out += i == 0 ? "\n      " : ",\n      ";
-    out += "{\"pid\": " + std::to_string(h.pid) + ", \"comm\": ";
-    detail::append_json_string(out, h.comm);
+    out += "{\"pid\": " + std::to_string(h.info.pid) + ", \"comm\": ";
+    detail::append_json_string(out, h.info.stat.comm);
     out += ", \"cmdline\": ";
-    detail::append_json_string(out, h.cmdline);
+    detail::append_json_string(out, h.info.command);
     out += ", \"files\": [";
-    for (std::size_t f = 0; f < h.files.size(); ++f) {
+    const std::vector<std::string> files = held_paths(h.info, prefix);
+    for (std::size_t f = 0; f < files.size(); ++f) {
       if (f > 0) { out += ", "; }
-      detail::append_json_string(out, h.files[f]);
+      detail::append_json_string(out, files[f]);
     }
     out += "], \"gpu_memory_bytes\": ";
-    const auto bytes = holder_bytes(h);
+    const auto bytes = memory_bytes(h);
     out += bytes ? std::to_string(*bytes) : "null";
     out += ", \"gpus\": [";
-    for (std::size_t g = 0; g < h.gpu.size(); ++g) {
+    for (std::size_t g = 0; g < h.memory.size(); ++g) {
       if (g > 0) { out += ", "; }
-      out += "{\"device\": " + std::to_string(h.gpu[g].device) + ", \"bytes\": " +
-             (h.gpu[g].bytes ? std::to_string(*h.gpu[g].bytes) : "null") + "}";
+      out += "{\"device\": " + std::to_string(h.memory[g].device) + ", \"bytes\": " +
+             (h.memory[g].bytes ? std::to_string(*h.memory[g].bytes) : "null") + "}";
     }
     out += "]}";
   }
@@ -111,6 +103,32 @@ void append_holders_json(std::string& out, const residue_check& check) {
   out += "}}";
 }
 
+// "GPU clean (0.2 s after the teardown)", or why not: "GPU NOT CLEAN after 5 s: device 0 uses
+// 1.00 GiB more than before the job; ... (exit status 125)".
+std::string clean_text(const clean_check& c) {
+  if (c.clean) { return "GPU clean (" + detail::format_duration(c.waited_ns) + " after the teardown)"; }
+  std::string why;
+  const auto add = [&why](const std::string& text) { why += (why.empty() ? "" : "; ") + text; };
+  if (!c.note.empty()) { add(c.note); }
+  for (const clean_check::device& d : c.devices) {
+    if (!d.before || !d.after) {
+      add("device " + std::to_string(d.index) + "'s memory is unknown");
+    } else if (*d.after > *d.before + clean_tolerance_bytes) {
+      add("device " + std::to_string(d.index) + " uses " +
+          detail::format_bytes(static_cast<std::size_t>(*d.after - *d.before)) + " more than before the job");
+    }
+  }
+  const auto pids = [](const std::vector<int>& list) {
+    std::string text;
+    for (const int pid : list) { text += (text.empty() ? "" : ", ") + std::to_string(pid); }
+    return text;
+  };
+  if (!c.holders.empty()) { add("processes of the job still hold a GPU device: " + pids(c.holders)); }
+  if (!c.listed.empty()) { add("NVML still lists processes of the job: " + pids(c.listed)); }
+  return "GPU NOT CLEAN after " + detail::format_duration(c.waited_ns) + ": " + why + " (exit status " +
+         std::to_string(exit_not_clean) + ")";
+}
+
 }  // namespace
 
 std::string run_summary_line(const run_config& config, const run_outcome& o) {
@@ -123,6 +141,10 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       break;
     case run_outcome::end::not_started: line += " could not be started"; break;
     case run_outcome::end::unknown: line += " ended" + after + ", status unknown (exit status 1)"; break;
+  }
+  if (o.how != run_outcome::end::not_started) {
+    line += o.cgroup.empty() ? "; boundary: subreaper (no cgroup: " + o.boundary_note + ")"
+                             : "; boundary: cgroup " + o.cgroup;
   }
 
   const teardown_result& t = o.teardown;
@@ -171,6 +193,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
     line += "; " + plural(n, "process", "processes") + " could not be inspected (" +
             std::strerror(o.at_end.not_inspected.front().second) + ")";
   }
+  if (o.clean.required) { line += "; " + clean_text(o.clean); }
   for (const std::string& note : o.notes) { line += "; " + note; }
   return line + "\n";
 }
@@ -210,6 +233,12 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
   }
   out += ",\n  \"exit_status\": " + std::to_string(o.exit_status);
   out += ",\n  \"grace_s\": " + seconds_text(config.grace_ms * 1000000);
+  out += ",\n  \"boundary\": {\"kind\": ";
+  out += o.cgroup.empty() ? "\"subreaper\", \"cgroup\": null" : "\"cgroup\", \"cgroup\": ";
+  if (!o.cgroup.empty()) { detail::append_json_string(out, o.cgroup); }
+  out += ", \"note\": ";
+  detail::append_json_string(out, o.cgroup.empty() ? o.boundary_note : std::string());
+  out += "}";
   out += ",\n  \"signals_forwarded\": [";
   bool first = true;
   for (std::size_t s = 1; s < o.forwarded.size(); ++s) {
@@ -265,10 +294,31 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
   out += ",\n  \"residue\": {\"device_prefix\": ";
   detail::append_json_string(out, config.device_prefix);
   out += ",\n    \"at_end\": ";
-  append_holders_json(out, o.at_end);
+  append_holders_json(out, o.at_end, config.device_prefix);
   out += ",\n    \"after_teardown\": ";
-  append_holders_json(out, o.after_teardown);
+  append_holders_json(out, o.after_teardown, config.device_prefix);
   out += "}";
+  out += ",\n  \"clean\": ";
+  if (!o.clean.required) {
+    out += "null";
+  } else {
+    const clean_check& c = o.clean;
+    out += std::string("{\"clean\": ") + (c.clean ? "true" : "false") + ", \"waited_s\": " + seconds_text(c.waited_ns) +
+           ", \"tolerance_bytes\": " + std::to_string(clean_tolerance_bytes) + ", \"devices\": [";
+    for (std::size_t i = 0; i < c.devices.size(); ++i) {
+      const clean_check::device& d = c.devices[i];
+      out += (i == 0 ? "" : ", ") + std::string("{\"device\": ") + std::to_string(d.index) +
+             ", \"before_bytes\": " + (d.before ? std::to_string(*d.before) : "null") +
+             ", \"after_bytes\": " + (d.after ? std::to_string(*d.after) : "null") + "}";
+    }
+    out += "], \"holders\": [";
+    for (std::size_t i = 0; i < c.holders.size(); ++i) { out += (i == 0 ? "" : ", ") + std::to_string(c.holders[i]); }
+    out += "], \"listed_by_nvml\": [";
+    for (std::size_t i = 0; i < c.listed.size(); ++i) { out += (i == 0 ? "" : ", ") + std::to_string(c.listed[i]); }
+    out += "], \"note\": ";
+    detail::append_json_string(out, c.note);
+    out += "}";
+  }
   out += ",\n  \"notes\": [";
   for (std::size_t i = 0; i < o.notes.size(); ++i) {
     if (i > 0) { out += ", "; }

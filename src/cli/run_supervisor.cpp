@@ -3,22 +3,23 @@
 // nothing here needs to be async-signal-safe except the child between fork and exec.
 #include "run_supervisor.hpp"
 
+#include "process/end.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <system_error>
-#include <unordered_map>
 #include <utility>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -38,7 +39,7 @@ bool is_termination(int signal) noexcept {
 
 // After the SIGKILLs, how long to wait for processes to go (one in uninterruptible sleep, such as
 // a GPU driver call, ends only when that call returns).
-constexpr auto kill_wait = std::chrono::seconds(5);
+constexpr std::int64_t kill_wait_ms = 5000;
 // How often the process table is read again while waiting for processes to end.
 constexpr int rescan_ms = 10;
 
@@ -138,6 +139,7 @@ struct message {
 enum message_kind : std::int32_t {
   msg_started = 1,      // value: CMD's pid
   msg_exec_failed = 2,  // value: errno
+  msg_cgroup_failed = 5,  // value: errno of CMD's move into the job's cgroup (before msg_started)
   msg_stopped = 3,      // value: the signal that stopped CMD
   msg_ended = 4,        // value: CMD's wait status
 };
@@ -155,58 +157,35 @@ void send_message(int fd, std::int32_t kind, std::int32_t value) noexcept {
   do { n = ::write(fd, &m, sizeof m); } while (n < 0 && errno == EINTR);
 }
 
-// Signals the process `p` names (pid and start time), never a later one that reused its pid: the
-// pidfd pins the process, and the start time read after opening it proves it is the same one.
-int send_signal(const proc_entry& p, int signal) {
-#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
-  const long pidfd = ::syscall(SYS_pidfd_open, p.pid, 0);
-  if (pidfd >= 0) {
-    int error = 0;
-    const auto now = read_proc_entry(p.pid);
-    if (!now || now->start_time != p.start_time) {
-      error = ESRCH;
-    } else if (::syscall(SYS_pidfd_send_signal, static_cast<int>(pidfd), signal, nullptr, 0) != 0) {
-      error = errno;
-    }
-    ::close(static_cast<int>(pidfd));
-    return error;
-  }
-  if (errno == ESRCH) { return ESRCH; }
-#endif
-  const auto now = read_proc_entry(p.pid);  // no pidfd (old kernel, no descriptors left): kill(2)
-  if (!now || now->start_time != p.start_time) { return ESRCH; }
-  return ::kill(p.pid, signal) == 0 ? 0 : errno;
-}
-
-std::vector<proc_entry> live_descendants(pid_t root, pid_t spare) {
-  std::vector<proc_entry> found = descendants_of(root, list_processes());
+std::vector<proc_stat> live_descendants(pid_t root, pid_t spare) {
+  std::vector<proc_stat> found = detail::descendants_of(root, detail::read_process_table());
   found.erase(std::remove_if(found.begin(), found.end(),
-                             [&](const proc_entry& p) { return !p.alive() || p.pid == spare; }),
+                             [&](const proc_stat& p) { return !p.alive() || p.pid == spare; }),
               found.end());
   return found;
 }
 
-residue_check check_devices(const std::vector<proc_entry>& processes, const std::string& prefix) {
+// `shared`: NVML opened already (--require-clean keeps one session for the whole run), or null.
+residue_check check_devices(const std::vector<proc_stat>& processes, const std::string& prefix,
+                            const nvml_session* shared) {
   residue_check check;
   check.done = true;
-  for (const proc_entry& p : processes) {
-    device_files files = held_device_files(p.pid, prefix);
-    if (!files.paths.empty()) {
-      check.holders.push_back(device_holder{p.pid, p.comm, read_cmdline(p.pid), std::move(files.paths), {}});
-    } else if (files.error != 0 && files.error != ENOENT && files.error != ESRCH) {
-      check.not_inspected.emplace_back(p.pid, files.error);
+  for (const proc_stat& p : processes) {
+    process_info info = read_process("/proc", p.pid, prefix);
+    if (!info.exists) { continue; }  // gone since
+    if (!info.devices.empty()) {
+      check.holders.push_back(gpu_holder{std::move(info), {}});
+    } else if (!info.fds_readable && info.fds_error != ENOENT && info.fds_error != ESRCH && info.stat.alive()) {
+      check.not_inspected.emplace_back(p.pid, info.fds_error);
     }
   }
   if (!check.holders.empty()) {
-    const gpu_process_snapshot snapshot = query_gpu_processes();
+    nvml_session own;
+    if (shared == nullptr) { own = open_nvml_for_run(&check.nvml_note); }
+    const nvml_session& nvml = shared != nullptr ? *shared : own;
     check.nvml_queried = true;
-    check.nvml_available = snapshot.available;
-    check.nvml_note = snapshot.note;
-    for (device_holder& h : check.holders) {
-      for (const gpu_process& g : snapshot.processes) {
-        if (g.pid == h.pid) { h.gpu.push_back(g); }
-      }
-    }
+    check.nvml_available = nvml.available();
+    if (nvml.available()) { attach_memory(check.holders, sample_for_run(nvml, &check.nvml_note)); }
   }
   return check;
 }
@@ -218,91 +197,128 @@ struct teardown_params {
   std::int64_t grace_ms = 0;
   int signal_fd = -1;             // SIGCHLD wakes the wait; see `signals_cut_short`
   bool signals_cut_short = true;  // SIGINT/TERM/HUP/QUIT on signal_fd end the grace period at once
+  const job_cgroup* cgroup = nullptr;  // the job's cgroup when CMD joined it: its members too, cgroup.kill
 };
 
-// SIGTERM (and SIGCONT, so that a stopped process sees it) to every live descendant, then up to
-// the grace period for them to go, sending SIGTERM to any that appears meanwhile; then SIGKILL to
-// whatever is left, again until none is found. `reap` collects zombies among the caller's
-// children; `first_look` sees the leftovers before any signal (the residue check).
+// The live processes of the job: the descendants (the subreaper path) and, with the cgroup
+// boundary, every member of the job's cgroup, each once.
+std::vector<proc_stat> job_processes(const teardown_params& params) {
+  std::vector<proc_stat> live = live_descendants(params.root, params.spare);
+  if (params.cgroup != nullptr) {
+    for (proc_stat& m : params.cgroup->members()) {
+      const bool known = std::any_of(live.begin(), live.end(), [&m](const proc_stat& p) { return p.pid == m.pid; });
+      if (!known && m.pid != params.spare) { live.push_back(std::move(m)); }
+    }
+  }
+  return live;
+}
+
+// Ends every live descendant the process layer's way (process/end.hpp): SIGTERM (SIGCONT to a
+// stopped one), the grace period with the process table read again every few milliseconds (a new
+// descendant gets SIGTERM too), then SIGKILL to whatever is left. `reap` collects zombies among
+// the caller's children; `first_look` sees the leftovers before any signal (the residue check).
 teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap,
-                              const std::function<void(const std::vector<proc_entry>&)>& first_look) {
-  teardown_result result;
+                              const std::function<void(const std::vector<proc_stat>&)>& first_look) {
   reap();
-  std::vector<proc_entry> live = live_descendants(params.root, params.spare);
-  if (first_look) {
-    first_look(live);
-    reap();
-    live = live_descendants(params.root, params.spare);
-  }
-  const steady::time_point start = steady::now();
-  const steady::time_point grace_end = start + std::chrono::milliseconds(params.grace_ms);
-  steady::time_point kill_end{};
-  bool killing = false;
-  std::unordered_map<pid_t, std::size_t> latest;  // pid -> its record with the newest start time
-  for (;;) {
-    // Who went since the last look.
-    std::unordered_map<pid_t, std::uint64_t> now_live;
-    for (const proc_entry& p : live) { now_live.emplace(p.pid, p.start_time); }
-    for (leftover& l : result.leftovers) {
-      if (l.ended) { continue; }
-      const auto it = now_live.find(l.process.pid);
-      if (it == now_live.end() || it->second != l.process.start_time) {
-        l.ended = true;
-        l.ended_after_ns = elapsed_ns(start);
-      }
+  if (first_look) { first_look(job_processes(params)); }
+  // Command lines are read when a process is first seen: after the teardown there is none to read.
+  std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;
+  detail::end_plan plan;
+  plan.grace_ms = params.grace_ms;
+  plan.kill_wait_ms = kill_wait_ms;
+  plan.rescan_ms = rescan_ms;
+  plan.reap = reap;
+  plan.live = [&] {
+    std::vector<proc_stat> live = job_processes(params);
+    for (const proc_stat& p : live) {
+      const auto key = std::make_pair(p.pid, p.start_time);
+      if (cmdlines.count(key) == 0) { cmdlines.emplace(key, detail::read_cmdline("/proc", p.pid)); }
     }
-    // Signal the ones that have not had this phase's signal yet.
-    for (const proc_entry& p : live) {
-      auto it = latest.find(p.pid);
-      if (it == latest.end() || result.leftovers[it->second].process.start_time != p.start_time) {
-        leftover l;
-        l.process = p;
-        l.cmdline = read_cmdline(p.pid);
-        l.left_group = params.job_group != 0 && p.pgid != params.job_group;
-        result.leftovers.push_back(std::move(l));
-        latest[p.pid] = result.leftovers.size() - 1;
-        it = latest.find(p.pid);
-      }
-      leftover& l = result.leftovers[it->second];
-      if (!killing && !l.sent_sigterm) {
-        l.sent_sigterm = true;
-        const int error = send_signal(p, SIGTERM);
-        if (error == 0) { static_cast<void>(send_signal(p, SIGCONT)); }
-        if (error != 0 && error != ESRCH) { l.signal_error = error; }
-      } else if (killing && !l.sent_sigkill) {
-        l.sent_sigkill = true;
-        const int error = send_signal(p, SIGKILL);
-        if (error != 0 && error != ESRCH) { l.signal_error = error; }
-      }
-    }
-    if (live.empty()) { break; }
-    const steady::time_point now = steady::now();
-    if (!killing && (now >= grace_end || result.cut_short)) {
-      killing = true;
-      kill_end = now + kill_wait;
-      continue;  // SIGKILL at once
-    }
-    if (killing && now >= kill_end) { break; }
-    int timeout_ms = rescan_ms;
-    if (!killing) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(grace_end - now).count();
-      timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left + 1, 1, rescan_ms));
-    }
-    if (params.signal_fd >= 0 && wait_readable(params.signal_fd, timeout_ms)) {
-      drain_signals(params.signal_fd, [&](int signal) {
-        if (params.signals_cut_short && !killing && is_termination(signal) && !result.cut_short) {
-          result.cut_short = true;
-          result.cut_short_by = signal;
-        }
-      });
-    } else if (params.signal_fd < 0) {
+    return live;
+  };
+  plan.wait = [&params](int timeout_ms) {
+    int cut = 0;
+    if (params.signal_fd < 0) {
       ::poll(nullptr, 0, timeout_ms);
+    } else if (wait_readable(params.signal_fd, timeout_ms)) {
+      drain_signals(params.signal_fd, [&](int signal) {
+        if (params.signals_cut_short && is_termination(signal) && cut == 0) { cut = signal; }
+      });
     }
-    reap();
-    live = live_descendants(params.root, params.spare);
+    return cut;
+  };
+  if (params.cgroup != nullptr) {
+    // SIGKILL to every member at once: a process being forked right now is not missed.
+    plan.kill_all = [&params] { return params.cgroup->kill(); };
   }
-  result.duration_ns = elapsed_ns(start);
+  const detail::end_result ended = detail::end_processes(plan);
+  teardown_result result;
+  result.cut_short = ended.cut_short_by != 0;
+  result.cut_short_by = ended.cut_short_by;
+  result.duration_ns = ended.duration_ns;
+  for (const detail::ended_process& e : ended.processes) {
+    leftover l;
+    l.process = e.process;
+    l.cmdline = cmdlines[std::make_pair(e.process.pid, e.process.start_time)];
+    l.left_group = params.job_group != 0 && e.process.pgid != params.job_group;
+    l.sent_sigterm = e.sent_sigterm;
+    l.sent_sigkill = e.sent_sigkill;
+    l.ended = e.ended;
+    l.ended_after_ns = e.ended_after_ns;
+    l.signal_error = e.signal_error;
+    result.leftovers.push_back(std::move(l));
+  }
   return result;
+}
+
+// --require-clean's gate (see clean_check): looks every 50 ms until the GPU is clean or the grace
+// period (at least 1 s: the driver takes a few hundred ms to give back a killed process's memory)
+// is over. Without NVML it looks once and says why it cannot tell.
+clean_check check_clean(const run_config& config, const nvml_session& nvml, const std::string& nvml_note,
+                        const std::vector<nvml_device>& before, const std::vector<int>& job_pids,
+                        const std::function<std::vector<proc_stat>()>& job_live) {
+  clean_check c;
+  c.required = true;
+  const steady::time_point start = steady::now();
+  const steady::time_point deadline = start + std::chrono::milliseconds(std::max<std::int64_t>(config.grace_ms, 1000));
+  for (;;) {
+    c.holders.clear();
+    c.listed.clear();
+    c.devices.clear();
+    for (const proc_stat& p : job_live()) {
+      const process_info info = read_process("/proc", p.pid, config.device_prefix);
+      if (info.exists && !info.devices.empty()) { c.holders.push_back(p.pid); }
+    }
+    bool memory_back = false;
+    if (!nvml.available()) {
+      c.note = (nvml_note.empty() ? std::string("NVML not available") : nvml_note) +
+               ": device memory cannot be checked, so the GPU is not called clean";
+    } else {
+      const std::vector<nvml_device> now = sample_for_run(nvml, &c.note);
+      memory_back = !now.empty() || before.empty();
+      for (const nvml_device& d : now) {
+        clean_check::device cd;
+        cd.index = d.index;
+        cd.after = d.used;
+        for (const nvml_device& b : before) {
+          if (b.index == d.index) { cd.before = b.used; }
+        }
+        if (!cd.before || !cd.after || *cd.after > *cd.before + clean_tolerance_bytes) { memory_back = false; }
+        for (const nvml_process& p : d.processes) {
+          const int pid = static_cast<int>(p.pid);
+          if (std::find(job_pids.begin(), job_pids.end(), pid) != job_pids.end() &&
+              std::find(c.listed.begin(), c.listed.end(), pid) == c.listed.end()) {
+            c.listed.push_back(pid);
+          }
+        }
+        c.devices.push_back(cd);
+      }
+    }
+    c.clean = memory_back && c.holders.empty() && c.listed.empty();
+    c.waited_ns = elapsed_ns(start);
+    if (c.clean || !nvml.available() || steady::now() >= deadline) { return c; }
+    ::poll(nullptr, 0, 50);
+  }
 }
 
 int shell_status(int wait_status) {
@@ -319,13 +335,11 @@ bool job_control_stop_works() {
   const pid_t session = ::getsid(0);
   if (::tcgetsid(STDIN_FILENO) != session) { return false; }
   const pid_t group = ::getpgrp();
-  const std::vector<proc_entry> table = list_processes();
-  std::unordered_map<pid_t, const proc_entry*> by_pid;
-  for (const proc_entry& p : table) { by_pid.emplace(p.pid, &p); }
-  for (const proc_entry& p : table) {
+  const process_table table = detail::read_process_table();
+  for (const auto& [pid, p] : table) {
     if (p.pgid != group) { continue; }
-    const auto parent = by_pid.find(p.ppid);
-    if (parent != by_pid.end() && parent->second->pgid != group && parent->second->sid == session) { return true; }
+    const auto parent = table.find(p.ppid);
+    if (parent != table.end() && parent->second.pgid != group && parent->second.sid == session) { return true; }
   }
   return false;
 }
@@ -339,7 +353,16 @@ struct exec_plan {
   struct sigaction original_sigpipe {};
   struct sigaction original_sigchld {};
   bool hand_tty = false;  // make CMD's group the terminal's foreground group
+  int cgroup_procs_fd = -1;  // the job's cgroup.procs: CMD moves itself there (-1: no cgroup)
 };
+
+// What CMD's side reports through its close-on-exec pipe before exec (nothing when exec works).
+struct exec_report {
+  std::int32_t stage;  // report_cgroup (CMD goes on) or report_exec (CMD could not be started)
+  std::int32_t error;
+};
+constexpr std::int32_t report_cgroup = 1;
+constexpr std::int32_t report_exec = 2;
 
 // CMD's process, between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_command(const exec_plan& plan, pid_t anchor, int report_fd) noexcept {
@@ -348,6 +371,14 @@ struct exec_plan {
   if (error == 0 && ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) { error = errno; }
   // The anchor may have died before the death signal was set: then nobody would send it.
   if (error == 0 && ::getppid() != anchor) { ::_exit(127); }
+  // Into the job's cgroup ("0": the writing process), before anything of the job can fork. If the
+  // kernel refuses (a cgroup that may not hold processes, a move across a delegation boundary),
+  // CMD runs anyway and the supervisor falls back to the subreaper path alone.
+  if (error == 0 && plan.cgroup_procs_fd >= 0 && ::write(plan.cgroup_procs_fd, "0", 1) != 1) {
+    const exec_report moved{report_cgroup, errno};
+    ssize_t ignored = ::write(report_fd, &moved, sizeof moved);
+    static_cast<void>(ignored);
+  }
   if (error == 0) {
     // SIGTTOU is blocked here, so a background group may take the terminal.
     if (plan.hand_tty) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpid())); }
@@ -357,7 +388,8 @@ struct exec_plan {
     ::execvpe(plan.argv[0], plan.argv.data(), plan.envp.data());
     error = errno;
   }
-  ssize_t ignored = ::write(report_fd, &error, sizeof error);
+  const exec_report failed{report_exec, error};
+  ssize_t ignored = ::write(report_fd, &failed, sizeof failed);
   static_cast<void>(ignored);
   ::_exit(127);
 }
@@ -373,8 +405,8 @@ void write_stderr(const std::string& line) noexcept {
 }
 
 // The anchor: parent of CMD, child subreaper, the supervisor's dead man's switch.
-[[noreturn]] void anchor_main(const run_config& config, const exec_plan& plan, pid_t supervisor, int message_fd,
-                              int control_fd) noexcept {
+[[noreturn]] void anchor_main(const run_config& config, const exec_plan& plan, const job_cgroup& cgroup,
+                              pid_t supervisor, int message_fd, int control_fd) noexcept {
   try {
     static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
     if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { send_message(message_fd, msg_exec_failed, errno); ::_exit(1); }
@@ -391,6 +423,13 @@ void write_stderr(const std::string& line) noexcept {
     unique_fd report_read;
     unique_fd report_write;
     make_pipe(report_read, report_write);
+    if (config.require_clean) {
+      // The supervisor measures the GPU before the job starts (--require-clean), then says go.
+      char go = 0;
+      ssize_t got = 0;
+      do { got = ::read(control_fd, &go, 1); } while (got < 0 && errno == EINTR);
+      if (got != 1 || go != 'g') { ::_exit(1); }
+    }
     const pid_t anchor = ::getpid();
     const pid_t command = ::fork();
     if (command < 0) {
@@ -400,14 +439,22 @@ void write_stderr(const std::string& line) noexcept {
     if (command == 0) { exec_command(plan, anchor, report_write.get()); }
     static_cast<void>(::setpgid(command, command));  // also from here: no window without the group
     report_write.reset();
-    int exec_error = 0;
-    ssize_t n = 0;
-    do { n = ::read(report_read.get(), &exec_error, sizeof exec_error); } while (n < 0 && errno == EINTR);
+    // CMD's reports until exec closes the pipe: a failed move into the cgroup, a failed exec.
+    exec_report report{0, 0};
+    bool in_cgroup = cgroup.active();
+    for (;;) {
+      ssize_t n = 0;
+      do { n = ::read(report_read.get(), &report, sizeof report); } while (n < 0 && errno == EINTR);
+      if (n != static_cast<ssize_t>(sizeof report) || report.stage != report_cgroup) { break; }
+      in_cgroup = false;
+      send_message(message_fd, msg_cgroup_failed, report.error);
+      report = exec_report{0, 0};
+    }
     bool command_done = false;
     int command_status = 0;
-    if (n == static_cast<ssize_t>(sizeof exec_error)) {
+    if (report.stage == report_exec) {
       while (::waitpid(command, nullptr, 0) < 0 && errno == EINTR) {}
-      send_message(message_fd, msg_exec_failed, exec_error);
+      send_message(message_fd, msg_exec_failed, report.error);
       command_done = true;
     } else {
       send_message(message_fd, msg_started, command);
@@ -456,7 +503,9 @@ void write_stderr(const std::string& line) noexcept {
     params.grace_ms = config.grace_ms;
     params.signal_fd = signals.get();
     params.signals_cut_short = false;  // our own death signal must not skip the grace period
+    params.cgroup = in_cgroup ? &cgroup : nullptr;
     const teardown_result result = end_leftovers(params, reap, {});
+    static_cast<void>(cgroup.remove(1000));
     std::size_t killed = 0;
     std::size_t survived = 0;
     for (const leftover& l : result.leftovers) {
@@ -514,6 +563,16 @@ run_outcome supervise(const run_config& config) {
   for (std::string& e : env_storage) { plan.envp.push_back(e.data()); }
   plan.envp.push_back(nullptr);
 
+  // The boundary: the job's own cgroup where cgroup v2 is writable, else the subreaper path alone.
+  job_cgroup cgroup;
+  if (config.use_cgroup) {
+    cgroup = job_cgroup::create(out.supervisor_pid);
+    out.boundary_note = cgroup.why_not();
+  } else {
+    out.boundary_note = "--no-cgroup was given";
+  }
+  plan.cgroup_procs_fd = cgroup.procs_fd();
+
   unique_fd message_read;
   unique_fd message_write;
   unique_fd control_read;
@@ -529,11 +588,23 @@ run_outcome supervise(const run_config& config) {
     message_read.reset();
     control_write.reset();
     signals.reset();
-    anchor_main(config, plan, out.supervisor_pid, message_write.get(), control_read.get());
+    anchor_main(config, plan, cgroup, out.supervisor_pid, message_write.get(), control_read.get());
   }
   out.anchor_pid = anchor;
   message_write.reset();
   control_read.reset();
+
+  // --require-clean: the GPU's memory before CMD starts (NVML is loaded only now, after the fork:
+  // it may start threads), then the anchor may start CMD. The session stays open to the end.
+  nvml_session nvml;
+  std::string nvml_note;
+  std::vector<nvml_device> before;
+  if (config.require_clean) {
+    nvml = open_nvml_for_run(&nvml_note);
+    if (nvml.available()) { before = sample_for_run(nvml, &nvml_note); }
+    ssize_t sent = 0;
+    do { sent = ::write(control_write.get(), "g", 1); } while (sent < 0 && errno == EINTR);
+  }
 
   bool anchor_alive = true;
   int anchor_status = 0;
@@ -566,10 +637,21 @@ run_outcome supervise(const run_config& config) {
     }
   };
 
-  // The first message: CMD started, or could not be.
+  // The first message: CMD started, or could not be (after a failed move into the cgroup, if any).
   message first{0, 0};
   ssize_t n = 0;
-  do { n = ::read(message_read.get(), &first, sizeof first); } while (n < 0 && errno == EINTR);
+  bool joined_cgroup = cgroup.active();
+  for (;;) {
+    do { n = ::read(message_read.get(), &first, sizeof first); } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof first) || first.kind != msg_cgroup_failed) { break; }
+    joined_cgroup = false;
+    out.boundary_note = "CMD could not join " + cgroup.name() + ": " + std::strerror(first.value);
+  }
+  if (joined_cgroup) {
+    out.cgroup = cgroup.name();
+  } else if (cgroup.active()) {
+    static_cast<void>(cgroup.remove(0));
+  }
   if (n == static_cast<ssize_t>(sizeof first) && first.kind == msg_exec_failed) {
     out.how = run_outcome::end::not_started;
     out.exec_error = first.value;
@@ -577,6 +659,7 @@ run_outcome supervise(const run_config& config) {
     static_cast<void>(tell_anchor_to_exit(control_write.get()));
     control_write.reset();
     reap_anchor_blocking();
+    if (joined_cgroup) { static_cast<void>(cgroup.remove(1000)); }
     out.duration_ns = elapsed_ns(start);
     return out;
   }
@@ -663,17 +746,26 @@ run_outcome supervise(const run_config& config) {
   params.job_group = command;
   params.grace_ms = config.grace_ms;
   params.signal_fd = signals.get();
-  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_entry>& left) {
-    out.at_end = check_devices(left, config.device_prefix);
+  params.cgroup = joined_cgroup ? &cgroup : nullptr;
+  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_stat>& left) {
+    out.at_end = check_devices(left, config.device_prefix, config.require_clean ? &nvml : nullptr);
   });
-  std::vector<proc_entry> survivors;
+  std::vector<proc_stat> survivors;
   for (const leftover& l : out.teardown.leftovers) {
     if (l.ended) { continue; }
-    if (auto now = read_proc_entry(l.process.pid); now && now->start_time == l.process.start_time) {
+    if (auto now = read_stat("/proc", l.process.pid); now && now->start_time == l.process.start_time) {
       survivors.push_back(*now);
     }
   }
-  if (!survivors.empty()) { out.after_teardown = check_devices(survivors, config.device_prefix); }
+  if (!survivors.empty()) {
+    out.after_teardown = check_devices(survivors, config.device_prefix, config.require_clean ? &nvml : nullptr);
+  }
+  if (config.require_clean && out.how != run_outcome::end::not_started) {
+    std::vector<int> job_pids;
+    if (command > 0) { job_pids.push_back(command); }
+    for (const leftover& l : out.teardown.leftovers) { job_pids.push_back(l.process.pid); }
+    out.clean = check_clean(config, nvml, nvml_note, before, job_pids, [&params] { return job_processes(params); });
+  }
 
   // Let the anchor go, and collect it.
   if (anchor_alive) {
@@ -690,6 +782,9 @@ run_outcome supervise(const run_config& config) {
     }
   }
   reap();
+  if (joined_cgroup && !cgroup.remove(1000)) {
+    out.notes.push_back("the job's cgroup " + cgroup.name() + " could not be removed: " + std::strerror(errno));
+  }
 
   if (status_known) {
     if (WIFEXITED(command_status)) {
@@ -704,6 +799,7 @@ run_outcome supervise(const run_config& config) {
     out.how = run_outcome::end::unknown;
     out.exit_status = 1;
   }
+  if (out.clean.required && !out.clean.clean) { out.exit_status = exit_not_clean; }
   return out;
 }
 

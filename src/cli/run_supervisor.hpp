@@ -10,13 +10,18 @@
 ///    reaps, tells the supervisor how CMD ended, and, when the supervisor dies (even by SIGKILL),
 ///    ends every process below it itself. If the anchor dies, CMD dies with it (its death
 ///    signal) and the orphans climb to the supervisor, which ends them;
-///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal.
+///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal, and, where
+///    cgroup v2 is writable, in a cgroup of its own (run_cgroup.hpp) that the teardown ends with
+///    cgroup.kill.
 #pragma once
 
+#include "holder.hpp"
 #include "nvml.hpp"
 #include "proc.hpp"
+#include "run_cgroup.hpp"
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <csignal>
 #include <string>
@@ -33,30 +38,46 @@ struct run_config {
   std::int64_t grace_ms = 5000;          // SIGTERM to SIGKILL
   std::string device_prefix = "/dev/nvidia";
   std::string report_path;               // "" for no report
+  bool use_cgroup = true;                // the job's own cgroup where cgroup v2 is writable (--no-cgroup: off)
+  bool require_clean = false;            // --require-clean: the GPU gate after the job
 };
 
-/// A process found holding files under the device prefix.
-struct device_holder {
-  pid_t pid = 0;
-  std::string comm;
-  std::string cmdline;
-  std::vector<std::string> files;
-  std::vector<gpu_process> gpu;  // NVML's entries for this pid (empty: NVML did not list it)
-};
+/// Exit status of `gpuguard run --require-clean` when the GPU is not clean after the job.
+inline constexpr int exit_not_clean = 125;
+/// How far above its level before the job a device's used memory may be and still count as back.
+inline constexpr std::uint64_t clean_tolerance_bytes = std::uint64_t{64} << 20;
 
 /// The device check over a set of processes at one moment.
 struct residue_check {
   bool done = false;
-  std::vector<device_holder> holders;
+  std::vector<gpu_holder> holders;  // the processes holding files under the device prefix
   std::vector<std::pair<pid_t, int>> not_inspected;  // pid, errno (EACCES: another user's process)
   bool nvml_queried = false;  // NVML is asked only when some process holds a device file
   bool nvml_available = false;
   std::string nvml_note;
 };
 
+/// The GPU gate of --require-clean: after the teardown, within the grace period (at least 1 s),
+/// no process of the job holds a device file, NVML lists no PID of the job, and every device's
+/// used memory is back to where it was before CMD started (within clean_tolerance_bytes).
+struct clean_check {
+  bool required = false;
+  bool clean = false;
+  std::int64_t waited_ns = 0;  // from the end of the teardown until clean, or until the deadline
+  struct device {
+    unsigned index = 0;
+    std::optional<std::uint64_t> before;  // used memory before CMD started
+    std::optional<std::uint64_t> after;   // at the last look
+  };
+  std::vector<device> devices;
+  std::vector<int> holders;  // processes of the job still holding a device file at the last look
+  std::vector<int> listed;   // PIDs of the job NVML still listed at the last look
+  std::string note;          // why it could not be verified (no NVML), else ""
+};
+
 /// One process that outlived CMD.
 struct leftover {
-  proc_entry process;      // as first seen
+  proc_stat process;       // as first seen
   std::string cmdline;
   bool left_group = false;  // not in CMD's process group (setsid, setpgid)
   bool sent_sigterm = false;
@@ -90,6 +111,9 @@ struct run_outcome {
   teardown_result teardown;
   residue_check at_end;          // the processes CMD left, when it ended (before any signal)
   residue_check after_teardown;  // any process that could not be ended
+  std::string cgroup;            // the job's cgroup (/proc/PID/cgroup's spelling) when CMD ran in it, else ""
+  std::string boundary_note;     // why the cgroup boundary was not used ("" when it was)
+  clean_check clean;             // --require-clean
   std::vector<std::string> notes;
 };
 

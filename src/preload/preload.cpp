@@ -1,175 +1,468 @@
-// libgpuguard_preload.so: `gpuguard run --track` preloads it into a program that was not changed.
-// It interposes the CUDA runtime's allocation calls, passes each on to the real one (found with
-// dlsym(RTLD_NEXT)) and records what succeeded in gpuguard's ledger, so the program gets the leak
-// report, the outputs and the exit paths. What it cannot see (docs/run.md): a program that links
-// the CUDA runtime statically (nvcc's default), the driver API (cuMemAlloc, cuMemCreate: PyTorch's
-// expandable segments), and allocations inside CUDA libraries that do not go through these calls.
+// libgpuguard_preload.so: `gpuguard run --track` preloads it into programs that were not changed.
+// driver_hooks.cpp wraps the CUDA driver's memory entry points, whoever calls them; this half
+// records what they did in gpuguard's ledger, so the program gets the leak report, the outputs and
+// the exit paths, and says at exit what the process held and who held it (docs/run.md):
+//   - only a process that used the CUDA driver says anything: the shells and helpers a launcher
+//     starts stay silent;
+//   - what a caching allocator it recognises (PyTorch's) keeps until exit is "held", not "leaked";
+//   - beside the ledger: the stream-ordered pools' reserve, memory imported from other processes,
+//     and what the driver holds for the process that no call explains (NVML's per-process figure
+//     minus the rest: the context, libraries' workspaces), "unattributed";
+//   - with GPUGUARD_TRACK_DIR set (gpuguard run does), a record of it in DIR/PID.json, from which the
+//     supervisor writes one line per process that used CUDA.
+#include "preload.hpp"
+
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/tracking.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <vector>
+
+#include <pthread.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #define GPUGUARD_INTERPOSE extern "C" __attribute__((visibility("default")))
 
+namespace gpuguard::preload {
 namespace {
 
-std::atomic<std::uint64_t> intercepted{0};
+std::atomic<bool> recorded{false};  // this process recorded an allocation
+std::atomic<bool> started{false};
+std::atomic<bool> lookups_wrapped{false};
+// A child made by fork() inherits the parent's driver and ledger but none of its CUDA use: it
+// reports only what it records itself (a DataLoader worker, which must not touch CUDA, says nothing).
+std::atomic<bool> forked_child{false};
 
-// The real function `name`, looked up once. Null if no later object defines it (then the call
-// fails with cudaErrorNotSupported, as a CUDA runtime that lacks it would).
-template <class F>
-F next_definition(const char* name) noexcept {
-  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+void on_fork_child() noexcept {
+  forked_child.store(true, std::memory_order_relaxed);
+  recorded.store(false, std::memory_order_relaxed);
 }
 
-int current_device() noexcept {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return 0;
+// ---- who asked: the first code outside the CUDA runtime, the driver and gpuguard ---------------
+// In a PyTorch process, memory is classified by the library its request came from: PyTorch's
+// caching allocator (libc10_cuda) keeps its segments until exit, and so do the handles PyTorch
+// keeps for the CUDA math and communication libraries (cuBLAS, cuDNN, NCCL, ...), whose
+// workspaces they allocate themselves. Both are "held at exit" by their owner, not leaks. A
+// request reaches the driver either directly (expandable segments) or through the CUDA runtime,
+// so up to a few frames are unwound; only in a process where PyTorch is loaded: other programs
+// never pay for it, and a C++ program that never destroys its cuBLAS handle is told it leaked.
+
+// What a code address is, cached by page. 0: not yet known; 1: passed over (the runtime, the
+// driver, gpuguard); 2: anything else that is no holder; 3 and up: holders[class - 3].
+constexpr std::uint8_t pass_over = 1;
+constexpr std::uint8_t no_holder = 2;
+constexpr std::uint8_t first_holder = 3;
+
+struct holder_library {
+  const char* file_part;  // in the shared object's file name
+  const char* name;       // the tag its allocations are recorded under
+};
+constexpr std::array<holder_library, 10> holders = {{
+    {"libc10_cuda", "PyTorch caching allocator"},
+    {"libtorch_cuda", "PyTorch (pinned-memory cache, workspaces)"},
+    {"libcublasLt", "cuBLASLt (a handle PyTorch keeps)"},
+    {"libcublas", "cuBLAS (a handle PyTorch keeps)"},
+    {"libcudnn", "cuDNN (a handle PyTorch keeps)"},
+    {"libnccl", "NCCL (a communicator PyTorch keeps)"},
+    {"libcufft", "cuFFT (a plan cache PyTorch keeps)"},
+    {"libcusparse", "cuSPARSE (a handle PyTorch keeps)"},
+    {"libcusolver", "cuSOLVER (a handle PyTorch keeps)"},
+    {"libcurand", "cuRAND (a generator PyTorch keeps)"},
+}};
+
+struct class_cache {
+  std::array<std::atomic<std::uintptr_t>, 256> pages{};
+  std::array<std::atomic<std::uint8_t>, 256> classes{};
+};
+class_cache& classes() {
+  static class_cache c;
+  return c;
+}
+
+std::uint8_t classify(std::uintptr_t address) noexcept {
+  const std::uintptr_t page = address >> 12U;
+  const std::size_t slot = (page ^ (page >> 8U)) & 255U;
+  class_cache& c = classes();
+  if (c.pages[slot].load(std::memory_order_acquire) == page) { return c.classes[slot].load(std::memory_order_relaxed); }
+  Dl_info info{};
+  std::uint8_t result = no_holder;
+  if (::dladdr(reinterpret_cast<void*>(address), &info) != 0 && info.dli_fname != nullptr) {
+    const char* base = std::strrchr(info.dli_fname, '/');
+    base = base == nullptr ? info.dli_fname : base + 1;
+    if (std::strncmp(base, "libcuda.", 8) == 0 || std::strncmp(base, "libcudart", 9) == 0 ||
+        std::strncmp(base, "libgpuguard", 11) == 0) {
+      result = pass_over;
+    } else {
+      for (std::size_t i = 0; i < holders.size(); ++i) {
+        if (std::strstr(base, holders[i].file_part) != nullptr) {
+          result = static_cast<std::uint8_t>(first_holder + i);
+          break;
+        }
+      }
+    }
   }
-  return device;
+  c.classes[slot].store(result, std::memory_order_relaxed);
+  c.pages[slot].store(page, std::memory_order_release);
+  return result;
 }
 
-// on_exit, so the report knows the status the process ends with (cleanup_timeout keeps it).
-void exit_report(int status, void* /*unused*/) { gpuguard::run_exit_report(status); }
+// Whether PyTorch's CUDA library is loaded: checked again whenever the driver is being looked up
+// (a framework loads before it initialises CUDA), not on every allocation.
+std::atomic<bool> recheck_frameworks{true};
+std::atomic<bool> torch_loaded{false};
 
-// After the first successful call the CUDA runtime is initialised: registering the exit report
-// again now makes it run before the runtime's own teardown (handlers run in reverse order).
-void after_first_call() noexcept {
+bool torch_present() noexcept {
+  // A plain load first: the exchange writes a cache line every thread reads.
+  if (recheck_frameworks.load(std::memory_order_relaxed) && recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
+    torch_loaded.store(::dlopen("libc10_cuda.so", RTLD_NOLOAD | RTLD_LAZY) != nullptr, std::memory_order_relaxed);
+  }
+  return torch_loaded.load(std::memory_order_relaxed);
+}
+
+struct unwind_state {
+  int frames = 0;
+  std::uint8_t found = 0;
+};
+
+_Unwind_Reason_Code unwind_step(struct _Unwind_Context* context, void* arg) {
+  auto* state = static_cast<unwind_state*>(arg);
+  constexpr int max_frames = 16;
+  if (++state->frames > max_frames) { return _URC_END_OF_STACK; }
+  const std::uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) { return _URC_END_OF_STACK; }
+  const std::uint8_t c = classify(ip);
+  if (c == pass_over) { return _URC_NO_REASON; }
+  state->found = c;
+  return _URC_END_OF_STACK;
+}
+
+std::array<std::atomic<tag_id>, holders.size()> holder_tags{};
+
+tag_id tag_of_holder(std::size_t index) noexcept {
+  tag_id tag = holder_tags[index].load(std::memory_order_acquire);
+  if (tag == untagged) {
+    tag = intern_tag(holders[index].name);
+    declare_exit_holder(tag);
+    holder_tags[index].store(tag, std::memory_order_release);
+  }
+  return tag;
+}
+
+// The tag an allocation asked for by `caller` is recorded under: a holder's, or none.
+tag_id holder_tag(const void* caller) noexcept {
+  if (!torch_present()) { return untagged; }
+  std::uint8_t c = classify(reinterpret_cast<std::uintptr_t>(caller));
+  if (c == pass_over) {
+    unwind_state state;
+    _Unwind_Backtrace(unwind_step, &state);
+    c = state.found;
+  }
+  return c >= first_holder ? tag_of_holder(c - first_holder) : untagged;
+}
+
+// ---- starting and ending ----------------------------------------------------------------------
+
+void exit_report(int status, void* /*unused*/);
+
+// The first sign that this process uses CUDA: gpuguard's reporting starts here, not at load, so a
+// process that never touches CUDA (a shell, a launcher's helper) prints and writes nothing.
+void start() noexcept {
+  if (started.exchange(true, std::memory_order_acq_rel)) { return; }
+  try {
+    enable_ledger_reporting(process_options());
+  } catch (...) {
+    std::fputs("[gpuguard] --track: could not start the report (out of memory?)\n", stderr);
+  }
+}
+
+// After the first allocation the CUDA runtime (if any) is initialised: registering the exit work
+// now makes it run before the runtime's own teardown (handlers run in reverse order).
+void after_first_record() noexcept {
   static std::once_flag once;
   std::call_once(once, [] { static_cast<void>(::on_exit(exit_report, nullptr)); });
 }
 
-void record(void* ptr, std::size_t bytes, gpuguard::memory_kind kind, cudaStream_t stream) noexcept {
-  intercepted.fetch_add(1, std::memory_order_relaxed);
-  after_first_call();
-  const int device = kind == gpuguard::memory_kind::pinned_host ? gpuguard::host_device_id : current_device();
-  gpuguard::record_allocation({ptr, bytes, device, stream, kind});
-}
-
-void forget(void* ptr, bool host, cudaStream_t stream) noexcept {
-  if (ptr == nullptr) { return; }
-  intercepted.fetch_add(1, std::memory_order_relaxed);
-  static_cast<void>(gpuguard::record_interposed_free(ptr, host ? gpuguard::host_device_id : current_device(), stream));
-}
-
-void say_what_was_not_seen() {
-  if (intercepted.load(std::memory_order_relaxed) != 0) { return; }
-  const bool runtime_loaded = ::dlopen("libcudart.so.13", RTLD_NOLOAD | RTLD_LAZY) != nullptr ||
-                              ::dlopen("libcudart.so.12", RTLD_NOLOAD | RTLD_LAZY) != nullptr;
-  std::fprintf(stderr, "[gpuguard] --track saw no CUDA runtime allocation in this process%s\n",
-               runtime_loaded ? " (it allocated nothing through cudaMalloc and friends, or only through the driver API)"
-                              : ": it may link the CUDA runtime statically (nvcc's default; build with -cudart shared "
-                                "to track it) or not use CUDA at all");
-}
-
-__attribute__((constructor)) void start() {
-  const gpuguard::options& opts = gpuguard::process_options();
-  gpuguard::enable_ledger_reporting(opts);
-  static_cast<void>(std::atexit(say_what_was_not_seen));
-  const char* alloc_conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  if (alloc_conf != nullptr && std::strstr(alloc_conf, "expandable_segments:True") != nullptr) {
-    std::fputs("[gpuguard] --track: PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True: PyTorch then maps "
-               "memory through the driver API (cuMemCreate), which --track does not see\n", stderr);
-  }
-}
-
 }  // namespace
 
-// ---- the interposed calls -----------------------------------------------------------------------
-
-GPUGUARD_INTERPOSE cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
-  static const auto real = next_definition<cudaError_t (*)(void**, std::size_t)>("cudaMalloc");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, bytes);
-  if (status == cudaSuccess && ptr != nullptr) { record(*ptr, bytes, gpuguard::memory_kind::device, nullptr); }
-  return status;
+void note_wrapped_lookup() noexcept {
+  if (!recheck_frameworks.load(std::memory_order_relaxed)) { recheck_frameworks.store(true, std::memory_order_relaxed); }
+  if (!lookups_wrapped.exchange(true, std::memory_order_relaxed)) { start(); }
 }
 
-GPUGUARD_INTERPOSE cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::size_t width, std::size_t height) {
-  static const auto real = next_definition<cudaError_t (*)(void**, std::size_t*, std::size_t, std::size_t)>("cudaMallocPitch");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, pitch, width, height);
-  if (status == cudaSuccess && ptr != nullptr && pitch != nullptr) {
-    record(*ptr, *pitch * height, gpuguard::memory_kind::device, nullptr);
+void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream, memory_kind kind,
+            const void* caller) noexcept {
+  if (!recorded.load(std::memory_order_relaxed)) {  // once per process: no shared write per allocation
+    start();
+    recorded.store(true, std::memory_order_relaxed);
+    after_first_record();
   }
-  return status;
+  const tag_id holder = holder_tag(caller);
+  if (holder == untagged) {
+    record_allocation({ptr, bytes, device, stream, kind});
+    return;
+  }
+  const tag_id previous = current_tag();
+  set_current_tag(holder);
+  record_allocation({ptr, bytes, device, stream, kind});
+  set_current_tag(previous);
 }
 
-GPUGUARD_INTERPOSE cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned int flags) {
-  static const auto real = next_definition<cudaError_t (*)(void**, std::size_t, unsigned int)>("cudaMallocManaged");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, bytes, flags);
-  if (status == cudaSuccess && ptr != nullptr) { record(*ptr, bytes, gpuguard::memory_kind::managed, nullptr); }
-  return status;
-}
-
-GPUGUARD_INTERPOSE cudaError_t cudaFree(void* ptr) {
-  static const auto real = next_definition<cudaError_t (*)(void*)>("cudaFree");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  forget(ptr, false, nullptr);
-  return real(ptr);
+void forget(const void* ptr, int device, cudaStream_t stream) noexcept {
+  static_cast<void>(record_interposed_free(ptr, device, stream));
 }
 
 namespace {
 
-cudaError_t malloc_async(const char* name, void** ptr, std::size_t bytes, cudaStream_t stream) {
-  const auto real = next_definition<cudaError_t (*)(void**, std::size_t, cudaStream_t)>(name);
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, bytes, stream);
-  if (status == cudaSuccess && ptr != nullptr) { record(*ptr, bytes, gpuguard::memory_kind::device, stream); }
-  return status;
+// ---- NVML's per-process figure, for what no call explains --------------------------------------
+
+struct nvml_api {
+  using init_fn = int (*)();
+  using by_bus_fn = int (*)(const char*, void**);
+  struct process_info {  // nvmlProcessInfo_t (v2 layout), for the _v3 and _v2 calls
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance;
+    unsigned int compute_instance;
+  };
+  using processes_fn = int (*)(void*, unsigned int*, process_info*);
+  by_bus_fn by_bus = nullptr;
+  processes_fn processes = nullptr;
+  bool ready = false;
+};
+
+const nvml_api& nvml() {
+  static const nvml_api api = [] {
+    nvml_api a;
+    void* library = ::dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (library == nullptr) { return a; }
+    const auto init = reinterpret_cast<nvml_api::init_fn>(::dlsym(library, "nvmlInit_v2"));
+    a.by_bus = reinterpret_cast<nvml_api::by_bus_fn>(::dlsym(library, "nvmlDeviceGetHandleByPciBusId_v2"));
+    a.processes = reinterpret_cast<nvml_api::processes_fn>(::dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    if (a.processes == nullptr) {
+      a.processes = reinterpret_cast<nvml_api::processes_fn>(::dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v2"));
+    }
+    a.ready = init != nullptr && a.by_bus != nullptr && a.processes != nullptr && init() == 0;
+    return a;
+  }();
+  return api;
 }
 
-cudaError_t free_async(const char* name, void* ptr, cudaStream_t stream) {
-  const auto real = next_definition<cudaError_t (*)(void*, cudaStream_t)>(name);
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  forget(ptr, false, stream);
-  return real(ptr, stream);
+// What NVML says this process uses on CUDA device `device`; -1 when it cannot say.
+long long nvml_used_here(int device) noexcept {
+  const nvml_api& api = nvml();
+  std::array<char, 32> bus{};
+  void* handle = nullptr;
+  if (!api.ready || !device_bus_id(device, bus.data(), static_cast<int>(bus.size())) ||
+      api.by_bus(bus.data(), &handle) != 0) {
+    return -1;
+  }
+  std::array<nvml_api::process_info, 256> infos{};
+  unsigned int count = infos.size();
+  if (api.processes(handle, &count, infos.data()) != 0) { return -1; }
+  const auto self = static_cast<unsigned int>(::getpid());
+  for (unsigned int i = 0; i < count && i < infos.size(); ++i) {
+    if (infos[i].pid == self) { return static_cast<long long>(infos[i].used); }
+  }
+  return 0;
+}
+
+// ---- the per-process summary --------------------------------------------------------------------
+
+struct device_figures {
+  int device = 0;
+  counters ledger;
+  pool_figures pools;
+  long long nvml_used = -1;     // -1: NVML cannot say
+  long long unattributed = 0;   // nvml_used minus the ledger's live bytes and the pools' unused reserve
+};
+
+// Every device this process allocated on, whose pools it used, or that NVML says it uses.
+std::vector<device_figures> gather() {
+  std::vector<device_figures> all;
+  const int count = std::min(device_count(), 64);
+  for (int d = 0; d < count; ++d) {
+    device_figures f;
+    f.device = d;
+    f.ledger = device_counters(d);
+    f.pools = pools_of(d);
+    f.nvml_used = nvml_used_here(d);
+    if (f.ledger.allocations == 0 && f.nvml_used <= 0 && !f.pools.known) { continue; }
+    const long long slack = f.pools.reserved > f.pools.used ? static_cast<long long>(f.pools.reserved - f.pools.used) : 0;
+    f.unattributed = f.nvml_used - static_cast<long long>(f.ledger.current_bytes) - slack;
+    all.push_back(f);
+  }
+  return all;
+}
+
+std::string figures_json(const std::vector<device_figures>& devices, bool at_exit, const leak_report* leaks,
+                         int exit_status) {
+  std::string out = "{\"schema\":\"gpuguard.track\",\"version\":1,\"pid\":" + std::to_string(::getpid());
+  std::array<char, 4096> path{};
+  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
+  const std::string program = n > 0 ? std::string(path.data(), static_cast<std::size_t>(n)) : std::string();
+  std::string escaped;
+  for (const char ch : program) {
+    if (ch == '"' || ch == '\\') { escaped += '\\'; }
+    if (static_cast<unsigned char>(ch) >= 0x20) { escaped += ch; }
+  }
+  out += ",\"program\":\"" + escaped + "\"";
+  out += ",\"at_exit\":" + std::string(at_exit ? "true" : "false");
+  if (at_exit) { out += ",\"exit_status\":" + std::to_string(exit_status); }
+  out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
+  out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
+  out += ",\"recorded\":" + std::string(recorded.load(std::memory_order_relaxed) ? "true" : "false");
+  if (leaks != nullptr) {
+    out += ",\"leaked_bytes\":" + std::to_string(leaks->bytes) + ",\"leaked_count\":" + std::to_string(leaks->count);
+    out += ",\"held_bytes\":" + std::to_string(leaks->held_bytes) + ",\"held_count\":" + std::to_string(leaks->held_count);
+  }
+  // What each holder keeps now (all devices).
+  out += ",\"holders\":[";
+  bool first_holder_entry = true;
+  for (const auto& [name, figures] : snapshot(false).tags) {
+    if (name.empty() || !is_exit_holder(intern_tag(name))) { continue; }
+    std::string escaped_name;
+    for (const char ch : name) {
+      if (ch == '"' || ch == '\\') { escaped_name += '\\'; }
+      escaped_name += ch;
+    }
+    out += std::string(first_holder_entry ? "" : ",") + "{\"holder\":\"" + escaped_name +
+           "\",\"live_bytes\":" + std::to_string(figures.current_bytes) + "}";
+    first_holder_entry = false;
+  }
+  out += "]";
+  const import_figures imported = imports();
+  out += ",\"imported_bytes\":" + std::to_string(imported.bytes) + ",\"imported_mappings\":" +
+         std::to_string(imported.mappings) + ",\"imported_handles\":" + std::to_string(imported.handles);
+  const vmm_figures physical = vmm();
+  out += ",\"vmm_handles\":" + std::to_string(physical.handles) + ",\"vmm_created_bytes\":" +
+         std::to_string(physical.created_bytes) + ",\"vmm_mapped_bytes\":" + std::to_string(physical.mapped_bytes);
+  out += ",\"devices\":[";
+  bool first = true;
+  for (const device_figures& f : devices) {
+    out += first ? "" : ",";
+    first = false;
+    out += "{\"device\":" + std::to_string(f.device) + ",\"live_bytes\":" + std::to_string(f.ledger.current_bytes) +
+           ",\"peak_bytes\":" + std::to_string(f.ledger.peak_bytes) +
+           ",\"allocations\":" + std::to_string(f.ledger.allocations) + ",\"frees\":" + std::to_string(f.ledger.frees) +
+           ",\"pool_reserved_bytes\":" + std::to_string(f.pools.reserved) +
+           ",\"pool_used_bytes\":" + std::to_string(f.pools.used);
+    if (f.nvml_used >= 0) {
+      out += ",\"nvml_used_bytes\":" + std::to_string(f.nvml_used) + ",\"unattributed_bytes\":" + std::to_string(f.unattributed);
+    }
+    out += "}";
+  }
+  out += "]}";
+  return out;
+}
+
+void write_record(const std::string& json) {
+  const char* dir = std::getenv("GPUGUARD_TRACK_DIR");
+  if (dir == nullptr || *dir == '\0') { return; }
+  const std::string path = std::string(dir) + "/" + std::to_string(::getpid()) + ".json";
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) { return; }
+  std::size_t done = 0;
+  while (done < json.size()) {
+    const ssize_t n = ::write(fd, json.data() + done, json.size() - done);
+    if (n <= 0) { break; }
+    done += static_cast<std::size_t>(n);
+  }
+  const bool complete = done == json.size();
+  static_cast<void>(::close(fd));
+  if (!complete || ::rename(temporary.c_str(), path.c_str()) != 0) { static_cast<void>(::unlink(temporary.c_str())); }
+}
+
+std::string mib(long long bytes) {
+  std::array<char, 32> text{};
+  std::snprintf(text.data(), text.size(), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text.data();
+}
+
+// One line per device: what the ledger holds, the pools' reserve, and what NVML adds.
+void print_device_lines(const std::vector<device_figures>& devices) {
+  for (const device_figures& f : devices) {
+    std::string line = "[gpuguard] --track: device " + std::to_string(f.device) + ": " +
+                       mib(static_cast<long long>(f.ledger.current_bytes)) + " live at exit (peak " +
+                       mib(static_cast<long long>(f.ledger.peak_bytes)) + ")";
+    if (f.pools.known) {
+      line += "; stream-ordered pools reserve " + mib(static_cast<long long>(f.pools.reserved)) + " (" +
+              mib(static_cast<long long>(f.pools.used)) + " of it in use)";
+    }
+    if (f.nvml_used >= 0) {
+      line += "; the driver reports " + mib(f.nvml_used) + " for this process, " + mib(f.unattributed) +
+              " of it unattributed (context, library workspaces)";
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  const import_figures imported = imports();
+  if (imported.mappings != 0 || imported.handles != 0) {
+    std::fprintf(stderr, "[gpuguard] --track: imported from other processes (not this process's): %s in %" PRIu64
+                 " IPC mapping(s), %" PRIu64 " shareable handle(s)\n",
+                 mib(static_cast<long long>(imported.bytes)).c_str(), imported.mappings, imported.handles);
+  }
+}
+
+void exit_report(int status, void* /*unused*/) {
+  try {
+    // In a forked child that recorded nothing, all of this is the parent's.
+    if (recorded.load(std::memory_order_relaxed)) {
+      const std::vector<device_figures> devices = gather();
+      const leak_report leaks = collect_leaks(0);
+      write_record(figures_json(devices, true, &leaks, status));
+      print_device_lines(devices);
+    }
+  } catch (...) {
+    std::fputs("[gpuguard] --track: the per-process record could not be made (out of memory?)\n", stderr);
+  }
+  run_exit_report(status);
+}
+
+// A process that loaded the driver but whose allocations gpuguard could not see says so; a
+// process that never loaded it says nothing.
+void say_what_was_not_seen() {
+  if (recorded.load(std::memory_order_relaxed)) { return; }
+  const bool driver_loaded = ::dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY) != nullptr;
+  if (!driver_loaded || forked_child.load(std::memory_order_relaxed)) { return; }
+  if (!lookups_wrapped.load(std::memory_order_relaxed)) {
+    std::fputs("[gpuguard] --track: this process loaded the CUDA driver, but none of its memory entry points "
+               "was obtained through gpuguard, so its allocations were not seen (docs/run.md)\n", stderr);
+    return;
+  }
+  std::fputs("[gpuguard] --track: this process used the CUDA driver and allocated no memory through it\n", stderr);
+  write_record(figures_json(gather(), true, nullptr, -1));
+}
+
+__attribute__((constructor)) void on_load() {
+  static_cast<void>(std::atexit(say_what_was_not_seen));
+  static_cast<void>(::pthread_atfork(nullptr, nullptr, on_fork_child));
 }
 
 }  // namespace
+}  // namespace gpuguard::preload
 
-GPUGUARD_INTERPOSE cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
-  return malloc_async("cudaMallocAsync", ptr, bytes, stream);
-}
-// The per-thread-default-stream spellings (programs built with --default-stream per-thread).
-GPUGUARD_INTERPOSE cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t bytes, cudaStream_t stream) {
-  return malloc_async("cudaMallocAsync_ptsz", ptr, bytes, stream);
-}
-GPUGUARD_INTERPOSE cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) { return free_async("cudaFreeAsync", ptr, stream); }
-GPUGUARD_INTERPOSE cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
-  return free_async("cudaFreeAsync_ptsz", ptr, stream);
-}
-
-GPUGUARD_INTERPOSE cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
-  static const auto real = next_definition<cudaError_t (*)(void**, std::size_t)>("cudaMallocHost");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, bytes);
-  if (status == cudaSuccess && ptr != nullptr) { record(*ptr, bytes, gpuguard::memory_kind::pinned_host, nullptr); }
-  return status;
-}
-
-GPUGUARD_INTERPOSE cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned int flags) {
-  static const auto real = next_definition<cudaError_t (*)(void**, std::size_t, unsigned int)>("cudaHostAlloc");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  const cudaError_t status = real(ptr, bytes, flags);
-  if (status == cudaSuccess && ptr != nullptr) { record(*ptr, bytes, gpuguard::memory_kind::pinned_host, nullptr); }
-  return status;
-}
-
-GPUGUARD_INTERPOSE cudaError_t cudaFreeHost(void* ptr) {
-  static const auto real = next_definition<cudaError_t (*)(void*)>("cudaFreeHost");
-  if (real == nullptr) { return cudaErrorNotSupported; }
-  forget(ptr, true, nullptr);
-  return real(ptr);
+// For tests and tools in the tracked process (ctypes, dlsym): the current figures as JSON
+// (schema gpuguard.track, as in the exit record), copied into `buffer` if they fit. Returns the
+// length (without the terminating NUL), or -1 if they could not be made.
+GPUGUARD_INTERPOSE long gpuguard_track_figures(char* buffer, unsigned long size) {
+  try {
+    const std::string json = gpuguard::preload::figures_json(gpuguard::preload::gather(), false, nullptr, 0);
+    if (buffer != nullptr && size > json.size()) { std::memcpy(buffer, json.c_str(), json.size() + 1); }
+    return static_cast<long>(json.size());
+  } catch (...) {
+    return -1;
+  }
 }

@@ -5,7 +5,7 @@ stopped, zombie, orphaned (reparented to init, and to a subreaper this test sets
 in this PID namespace; --reap (orphans end, live holders are untouched, --pid forces one, a PID
 whose start time changed is not signalled); --json against docs/schemas/doctor-v1.schema.json
 (when jsonschema is installed); --watch with --count; NVML absent, and NVML faked by
-doctor_fake_nvml.cpp so that its path runs without a GPU.
+fake_nvml.cpp (shared with the run tests) so that its path runs without a GPU.
 
 usage: doctor_test.py GPUGUARD_BINARY FAKE_NVML_LIBRARY REPO_ROOT
 """

@@ -8,15 +8,11 @@ target_link_libraries(gpuguard_cli_doctor_tests PRIVATE gpuguard_cli_core GTest:
 gpuguard_set_warnings(gpuguard_cli_doctor_tests)
 gtest_discover_tests(gpuguard_cli_doctor_tests TEST_PREFIX "cli." NO_PRETTY_VALUES DISCOVERY_TIMEOUT 60)
 
-# A stand-in for libnvidia-ml.so.1, so that the NVML path runs without a GPU (GPUGUARD_NVML_LIBRARY).
-add_library(gpuguard_doctor_fake_nvml SHARED doctor_fake_nvml.cpp)
-gpuguard_set_warnings(gpuguard_doctor_fake_nvml)
-
 # `gpuguard doctor` as a process, on real processes holding fake device files: each class, --reap,
 # --pid, --watch, the JSON schema, NVML absent and faked.
 add_test(NAME cli.doctor
   COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/doctor_test.py
-    $<TARGET_FILE:gpuguard_cli> $<TARGET_FILE:gpuguard_doctor_fake_nvml> ${PROJECT_SOURCE_DIR})
+    $<TARGET_FILE:gpuguard_cli> $<TARGET_FILE:gpuguard_fake_nvml> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.doctor PROPERTIES TIMEOUT 120)
 
 # On a GPU: real CUDA holders (torch), an orphaned worker of a killed trainer, --reap and --watch.

@@ -161,7 +161,7 @@ def mode_holder(device, pidfile, how, nvml_file, nvml_bytes):
     else:
         held = open(device, "rb")  # pylint: disable=consider-using-with
     if nvml_file != "-":
-        append(nvml_file, f"0 {os.getpid()} {nvml_bytes}\n")
+        append(nvml_file, f"process 0 {os.getpid()} {nvml_bytes}\n")  # a fake_nvml.cpp spec line
     append(pidfile, f"{os.getpid()} holder\n")
     while held is not None:
         time.sleep(3600)
@@ -240,7 +240,56 @@ def mode_jobshell(*argv):
         print("shell: continued", flush=True)
 
 
-MODES = {"sleeper": mode_sleeper, "tree": mode_tree, "record": mode_record, "orphans": mode_orphans,
+def mode_daemon(out):
+    """daemon OUT: a double-forked, setsid'd daemon in "/" that ignores SIGTERM (only SIGKILL ends
+    it); it appends "PID CGROUP" (its cgroup v2 path) to OUT, and this process exits 0 at once."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.chdir("/")
+            with open("/proc/self/cgroup") as f:
+                cgroup = next((l[3:].strip() for l in f if l.startswith("0::")), "?")
+            append(out, f"{os.getpid()} {cgroup}\n")
+            sleep_forever()
+        os._exit(0)
+    os.wait()
+    wait_for_lines(out, 1)
+    return 0
+
+
+def mode_entrypoint(out, orphans):
+    """entrypoint OUT COUNT: a container's main process under `gpuguard run` as PID 1: makes COUNT
+    orphans that exit at once (each reparented, then a zombie until someone reaps it), writes
+    "ready PID" to OUT, and on SIGTERM appends "sigterm" and the zombies it sees in its PID
+    namespace ("zombies PID..."), then exits 0."""
+    def on_term(_number, _frame):
+        zombies = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        text = f.read()
+                except OSError:
+                    continue
+                if text[text.rindex(")") + 2] == "Z":
+                    zombies.append(name)
+        append(out, "sigterm\nzombies " + " ".join(zombies) + "\n")
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    for _ in range(int(orphans)):
+        if os.fork() == 0:
+            if os.fork() == 0:
+                time.sleep(0.05)
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+    append(out, f"ready {os.getpid()}\n")
+    sleep_forever()
+
+
+MODES = {"sleeper": mode_sleeper, "daemon": mode_daemon, "entrypoint": mode_entrypoint, "tree": mode_tree, "record": mode_record, "orphans": mode_orphans,
          "holder": mode_holder, "hold": mode_hold, "env": mode_env, "die": mode_die, "tty": mode_tty,
          "jobshell": mode_jobshell}
 

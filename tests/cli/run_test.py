@@ -149,9 +149,10 @@ def check_report(test, doc):
     t.assertEqual(doc["exit_code"] is not None, doc["end"] == "exited")
     t.assertEqual(doc["signal"] is not None, doc["end"] == "signaled")
     t.assertEqual(doc["exec_error"] is not None, doc["end"] == "not_started")
-    if doc["end"] == "exited":
+    not_clean = doc["clean"] is not None and not doc["clean"]["clean"]
+    if doc["end"] == "exited" and not not_clean:
         t.assertEqual(doc["exit_status"], doc["exit_code"])
-    if doc["end"] == "signaled":
+    if doc["end"] == "signaled" and not not_clean:
         t.assertEqual(doc["exit_status"], 128 + doc["signal"])
         t.assertEqual(doc["signal_name"], signal.Signals(doc["signal"]).name)
     t.assertIsInstance(doc["duration_s"], (int, float))
@@ -177,6 +178,19 @@ def check_report(test, doc):
             t.assertEqual(set(h), {"pid", "comm", "cmdline", "files", "gpu_memory_bytes", "gpus"})
             t.assertTrue(all(f.startswith(r["device_prefix"]) for f in h["files"]))
     t.assertIsInstance(doc["notes"], list)
+    b = doc["boundary"]
+    t.assertEqual(set(b), {"kind", "cgroup", "note"})
+    t.assertIn(b["kind"], ("cgroup", "subreaper"))
+    t.assertEqual(b["cgroup"] is not None, b["kind"] == "cgroup")
+    if doc["clean"] is not None:
+        c = doc["clean"]
+        t.assertEqual(set(c), {"clean", "waited_s", "tolerance_bytes", "devices", "holders", "listed_by_nvml", "note"})
+        for d in c["devices"]:
+            t.assertEqual(set(d), {"device", "before_bytes", "after_bytes"})
+        if c["clean"]:
+            t.assertEqual((c["holders"], c["listed_by_nvml"]), ([], []))
+        elif doc["end"] != "not_started":
+            t.assertEqual(doc["exit_status"], 125)
 
 
 # ---- the command line ---------------------------------------------------------------------------
@@ -505,6 +519,239 @@ class teardown(base):
         print(f"\nboth killed: survivors (expected, see docs/run.md): {survivors}", file=sys.stderr)
 
 
+# ---- the boundary: the job's cgroup, or the subreaper path --------------------------------------
+
+def cgroup_v2_writable():
+    """"" when this process may make a child of its own cgroup v2 (what `gpuguard run` needs for its
+    cgroup boundary), else why not: the test of the cgroup path skips with that reason."""
+    if os.geteuid() != 0:
+        return "not root: the cgroup boundary needs a writable cgroup v2 (root, or a delegated cgroup)"
+    mount = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.startswith("cgroup2 "):
+                fields = left.split()
+                mount = (fields[4], fields[3])
+                break
+    if mount is None:
+        return "no cgroup v2 hierarchy is mounted"
+    with open("/proc/self/cgroup") as f:
+        own = next((l[3:].strip() for l in f if l.startswith("0::")), None)
+    if own is None:
+        return "no cgroup v2 line in /proc/self/cgroup"
+    probe = os.path.join(mount[0] + own[len(mount[1]) if mount[1] != "/" else 0:].rstrip("/"), f"gpuguard-probe.{os.getpid()}")
+    try:
+        os.mkdir(probe)
+    except OSError as e:
+        return f"cannot create {probe}: {e.strerror}"
+    ok = os.access(os.path.join(probe, "cgroup.kill"), os.W_OK)
+    os.rmdir(probe)
+    return "" if ok else "no cgroup.kill (Linux 5.14+ needed)"
+
+
+class boundary(base):
+    def run_daemon_job(self, *options, env=None):
+        out = self.path("daemon")
+        report = self.path("r.json")
+        rc, _, err = self.run_gpuguard("--grace", "0.3", "--report", report, *options, "--", PYTHON, HELPER, "daemon",
+                                       out, env=env)
+        self.assertEqual(rc, 0, err)
+        with open(out) as f:
+            pid, cgroup = f.read().split()
+        pid = int(pid)
+        self.to_kill.append(pid)
+        return pid, cgroup, self.read_report(report), self.summary(err)
+
+    def test_cgroup_ends_a_double_forked_setsid_daemon(self):
+        why = cgroup_v2_writable()
+        if why:
+            self.skipTest(why)
+        daemon, cgroup, doc, line = self.run_daemon_job()
+        # The daemon was born in the job's cgroup, below this process's own, and is gone.
+        self.assertEqual(doc["boundary"], {"kind": "cgroup", "cgroup": cgroup, "note": ""})
+        pid_ns = os.readlink("/proc/self/ns/pid")[5:-1]  # "pid:[INODE]"
+        self.assertTrue(cgroup.endswith(f"/gpuguard-run.{doc['supervisor_pid']}.{pid_ns}"), cgroup)
+        self.assertFalse(alive(daemon), "the daemon outlived the job")
+        self.assertIn(f"boundary: cgroup {cgroup}", line)
+        by_pid = {p["pid"]: p for p in doc["teardown"]["processes"]}
+        self.assertTrue(by_pid[daemon]["sigkill"] and by_pid[daemon]["ended"] and by_pid[daemon]["left_group"])
+        # The cgroup itself is removed once the job is over.
+        with open("/proc/self/mountinfo") as f:
+            mounts = [l.split(" - ")[0].split()[4] for l in f if " - cgroup2 " in l]
+        self.assertFalse(any(os.path.exists(m + cgroup) for m in mounts), "the job's cgroup was left behind")
+
+    def test_fallback_forced_by_option_or_environment_still_ends_the_daemon(self):
+        for options, env in ((("--no-cgroup",), None), ((), {"GPUGUARD_RUN_OPTIONS": "cgroup=0"})):
+            with self.subTest(options=options, env=env):
+                daemon, cgroup, doc, line = self.run_daemon_job(*options, env=env)
+                self.assertEqual(doc["boundary"], {"kind": "subreaper", "cgroup": None, "note": "--no-cgroup was given"})
+                self.assertNotIn("gpuguard-run.", cgroup)
+                # Reparented to the anchor (a subreaper), so the walk of descendants finds it.
+                self.assertFalse(alive(daemon), "the daemon outlived the job")
+                self.assertIn("boundary: subreaper (no cgroup: --no-cgroup was given)", line)
+                os.unlink(self.path("daemon"))
+
+    def test_bad_cgroup_value_in_the_environment_is_named_and_ignored(self):
+        rc, _, err = self.run_gpuguard("--", "true", env={"GPUGUARD_RUN_OPTIONS": "cgroup=maybe"})
+        self.assertEqual(rc, 0, err)
+        self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'maybe' for cgroup (0 or 1); ignored", err)
+
+
+# ---- as a container's entrypoint: PID 1 of its own PID namespace --------------------------------
+
+class pid1(base):
+    """`unshare --pid --fork --mount-proc gpuguard run -- CMD`: gpuguard is PID 1 of a new PID
+    namespace, as tini is in a container. It must reap every zombie (the job's orphans, and the
+    orphans of processes entered from outside, like `docker exec`'s) and forward SIGTERM (`docker
+    stop`) to CMD."""
+
+    def setUp(self):
+        super().setUp()
+        unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
+        if unshare is None or nsenter is None:
+            self.skipTest("unshare or nsenter (util-linux) not found")
+        probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            self.skipTest(f"unshare --pid --fork --mount-proc is not permitted here: {probe.stderr.strip()}")
+        self.unshare, self.nsenter = unshare, nsenter
+
+    def test_reaps_every_zombie_and_forwards_sigterm(self):
+        out = self.path("entrypoint")
+        report = self.path("r.json")
+        p = subprocess.Popen([self.unshare, "--pid", "--fork", "--mount-proc", GPUGUARD, "run", "--report", report,
+                              "--", PYTHON, HELPER, "entrypoint", out, "8"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True, preexec_fn=no_core)
+        self.to_kill.append(p.pid)
+        self.assertTrue(wait_until(lambda: os.path.exists(out), 20), "the entrypoint never started")
+        # gpuguard's PID on this side: unshare's child (it is PID 1 on the other side).
+        self.assertTrue(wait_until(lambda: len(children_of(p.pid)) == 1, 5))
+        init = children_of(p.pid)[0]
+        self.to_kill.append(init)
+        self.assertEqual(proc_stat(init)[4], "gpuguard")
+        with open(f"/proc/{init}/status") as f:
+            nspid = next(l.split()[1:] for l in f if l.startswith("NSpid:"))
+        self.assertEqual(nspid[-1], "1", "gpuguard is not PID 1 of its namespace")
+
+        # A process entered from outside (as `docker exec` does) leaves an orphan: it is reparented
+        # to PID 1, gpuguard, which must reap it when it exits.
+        entered = subprocess.run([self.nsenter, "--target", str(init), "--pid", "--", "sh", "-c",
+                                  "sleep 1 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(entered.returncode, 0, entered.stderr)
+        def adopted_by_init():  # any child of PID 1 but the anchor (it may not have exec'd sleep yet)
+            return [pid for pid in children_of(init) if (proc_stat(pid) or "?????")[4] != "gpuguard-anchor"]
+        self.assertTrue(wait_until(lambda: len(adopted_by_init()) == 1, 2),
+                        f"the entered process's orphan was not adopted by PID 1: {adopted_by_init()}")
+        adopted = adopted_by_init()
+        self.assertTrue(wait_until(lambda: proc_stat(adopted[0]) is None, 4),
+                        f"the orphan adopted by PID 1 stayed: {proc_stat(adopted[0])}")
+
+        # `docker stop`: SIGTERM to PID 1 from outside, forwarded to CMD.
+        os.kill(init, signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 0, err.decode())
+        with open(out) as f:
+            lines = f.read().splitlines()
+        self.assertIn("sigterm", lines)
+        self.assertEqual(lines[-1], "zombies ", f"zombies in the namespace: {lines[-1]}")
+        doc = self.read_report(report)
+        self.assertEqual(doc["supervisor_pid"], 1)
+        self.assertEqual(doc["signals_forwarded"], [{"signal": signal.SIGTERM, "name": "SIGTERM", "count": 1}])
+        self.assertEqual(doc["exit_status"], 0)
+
+
+# ---- --require-clean: the GPU gate, with the fake NVML --------------------------------------------
+
+class clean(base):
+    GIB = 1 << 30
+
+    def spec(self, used, processes=""):
+        """A fake_nvml.cpp spec: one 80 GiB device whose used memory answers `used` in turn (the
+        first answer is the level before the job; the last repeats)."""
+        self.specs = getattr(self, "specs", 0) + 1
+        path = self.path(f"nvml{self.specs}.spec")
+        with open(path, "w") as f:
+            f.write(f"device 0 {80 * self.GIB} 0 {','.join(str(u) for u in used)} Fake GPU\n{processes}")
+        return path
+
+    def run_clean(self, spec, *cmd, grace="0.3"):
+        report = self.path(f"r{self.specs}.json")
+        env = {"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": spec}
+        start = time.monotonic()
+        rc, _, err = self.run_gpuguard("--require-clean", "--grace", grace, "--report", report, "--", *cmd, env=env)
+        return rc, self.read_report(report), self.summary(err), time.monotonic() - start
+
+    def test_clean_job_keeps_its_status(self):
+        for code in (0, 3):
+            with self.subTest(code=code):
+                rc, doc, line, _ = self.run_clean(self.spec([self.GIB]), "sh", "-c", f"exit {code}")
+                self.assertEqual(rc, code, line)
+                self.assertTrue(doc["clean"]["clean"], doc["clean"])
+                self.assertEqual(doc["clean"]["devices"], [{"device": 0, "before_bytes": self.GIB,
+                                                            "after_bytes": self.GIB}])
+                self.assertIn("; GPU clean (", line)
+
+    def test_memory_that_comes_back_within_the_grace_is_clean(self):
+        # Before: 1 GiB; the first two looks after the teardown: 3 GiB; then back.
+        spec = self.spec([self.GIB, 3 * self.GIB, 3 * self.GIB, self.GIB])
+        rc, doc, line, _ = self.run_clean(spec, "true", grace="2")
+        self.assertEqual(rc, 0, line)
+        self.assertTrue(doc["clean"]["clean"])
+        self.assertGreater(doc["clean"]["waited_s"], 0.05)  # two looks, 50 ms apart
+
+    def test_memory_not_back_exits_125_after_the_grace(self):
+        for code in (0, 3):
+            with self.subTest(code=code):
+                spec = self.spec([self.GIB, 3 * self.GIB])
+                rc, doc, line, took = self.run_clean(spec, "sh", "-c", f"exit {code}", grace="0.5")
+                self.assertEqual(rc, 125, line)
+                self.assertEqual(doc["exit_code"], code)  # CMD's own status stays in the report
+                self.assertFalse(doc["clean"]["clean"])
+                self.assertGreaterEqual(doc["clean"]["waited_s"], 0.9)  # the grace, at least 1 s
+                self.assertLess(took, 5)
+                self.assertIn("GPU NOT CLEAN after", line)
+                self.assertIn("device 0 uses 2.00 GiB more than before the job (exit status 125)", line)
+
+    def test_within_the_tolerance_is_clean(self):
+        rc, doc, line, _ = self.run_clean(self.spec([self.GIB, self.GIB + (32 << 20)]), "true")
+        self.assertEqual(rc, 0, line)
+        self.assertEqual(doc["clean"]["tolerance_bytes"], 64 << 20)
+
+    def test_a_process_of_the_job_still_listed_by_nvml_is_not_clean(self):
+        # CMD lists itself as a GPU process and exits: NVML keeps listing its PID (a context the
+        # driver has not torn down), though the memory figure is back.
+        spec = self.spec([self.GIB])
+        rc, doc, line, _ = self.run_clean(spec, "sh", "-c", f'echo "process 0 $$ 1000" >> {spec}')
+        self.assertEqual(rc, 125, line)
+        self.assertEqual(doc["clean"]["listed_by_nvml"], [doc["command_pid"]])
+        self.assertIn(f"NVML still lists processes of the job: {doc['command_pid']}", line)
+
+    def test_without_nvml_it_cannot_tell_and_exits_125(self):
+        report = self.path("r.json")
+        rc, _, err = self.run_gpuguard("--require-clean", "--report", report, "--", "true",
+                                       env={"GPUGUARD_NVML_LIBRARY": self.path("no-libnvidia-ml.so.1")})
+        self.assertEqual(rc, 125, err)
+        c = self.read_report(report)["clean"]
+        self.assertFalse(c["clean"])
+        self.assertIn("NVML not available", c["note"])
+        self.assertIn("device memory cannot be checked", self.summary(err))
+
+    def test_environment_turns_it_on(self):
+        spec = self.spec([self.GIB, 3 * self.GIB])
+        rc, _, err = self.run_gpuguard("--grace", "0", "--", "true",
+                                       env={"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": spec,
+                                            "GPUGUARD_RUN_OPTIONS": "require_clean=1"})
+        self.assertEqual(rc, 125, err)
+
+    def test_not_asked_means_no_gate(self):
+        report = self.path("r.json")
+        rc, _, err = self.run_gpuguard("--report", report, "--", "true")
+        self.assertEqual(rc, 0, err)
+        self.assertIsNone(self.read_report(report)["clean"])
+        self.assertNotIn("GPU clean", err)
+
+
 # ---- the residue check --------------------------------------------------------------------------
 
 class residue(base):
@@ -514,6 +761,14 @@ class residue(base):
         with open(self.device, "wb") as f:
             f.write(b"\0" * 4096)
         self.prefix = self.path("nvidia")
+
+    def fake_nvml_spec(self, text="device 0 85899345920 0 0 Fake GPU\n"):
+        """A spec for fake_nvml.cpp (see there): by default one device and no process."""
+        self.specs = getattr(self, "specs", 0) + 1
+        spec = self.path(f"nvml{self.specs}.spec")
+        with open(spec, "w") as f:
+            f.write(text)
+        return spec
 
     def run_hold(self, *flags, env=None, options=("--device-prefix",)):
         self.runs = getattr(self, "runs", 0) + 1
@@ -528,9 +783,9 @@ class residue(base):
         return pids["holder"], self.read_report(report), self.summary(err)
 
     def test_holder_reported_with_its_memory_from_nvml(self):
-        nvml_list = self.path("nvml-processes")
-        holder, doc, line = self.run_hold("--nvml", nvml_list, "123456789",
-                                          env={"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "FAKE_NVML_PROCESSES": nvml_list})
+        nvml_spec = self.fake_nvml_spec()
+        holder, doc, line = self.run_hold("--nvml", nvml_spec, "123456789",
+                                          env={"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": nvml_spec})
         holders = doc["residue"]["at_end"]["holders"]
         self.assertEqual([h["pid"] for h in holders], [holder])
         self.assertEqual(holders[0]["files"], [self.device])
@@ -544,7 +799,7 @@ class residue(base):
 
     def test_holder_without_nvml_is_a_note_not_a_failure(self):
         for env in ({"GPUGUARD_NVML_LIBRARY": self.path("no-such-libnvidia-ml.so.1")},
-                    {"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "FAKE_NVML_FAIL_INIT": "1"}):
+                    {"GPUGUARD_NVML_LIBRARY": FAKE_NVML, "GPUGUARD_FAKE_NVML": self.fake_nvml_spec("init_error 9\n")}):
             with self.subTest(env=env):
                 holder, doc, line = self.run_hold(env=env)
                 check = doc["residue"]["at_end"]

@@ -1,6 +1,7 @@
 // A program that leaks on purpose, for the leak-report tests (tests/cpu/leak_report_test.py).
 // It enables tracking from GPUGUARD_OPTIONS and leaves memory live at exit as its first argument
-// says: "leak" (two sites), "clean" (nothing), "double_free" (misuse), "gpu" (on the GPU).
+// says: "leak" (two sites), "clean" (nothing), "double_free" (misuse), "gpu" (on the GPU),
+// "unrolled" (four stacks that differ only in return addresses on one line: one site).
 // The LEAK-SITE markers let the test find the lines the report must name.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/tracking.hpp>
@@ -31,6 +32,16 @@ __attribute__((noinline)) void leak_big_block() {
   cache().push_back(gpuguard::device_buffer(4 * mib));  // LEAK-SITE-BIG
 }
 
+__attribute__((noinline)) void leak_one() {
+  cache().push_back(gpuguard::device_buffer(1 * mib));  // LEAK-SITE-ONE
+}
+
+// Four calls on one line, as an unrolled loop leaves them: four return addresses, one place.
+__attribute__((noinline)) void leak_unrolled() {
+  leak_one(); leak_one(); leak_one(); leak_one();  // LEAK-SITE-UNROLLED
+  asm volatile("" ::: "memory");  // code after the last call: it stays a call, not a tail jump
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -41,6 +52,8 @@ int main(int argc, char** argv) try {
     leak_small_blocks();
     leak_big_block();
     const gpuguard::device_buffer freed(2 * mib);  // freed: must not appear
+  } else if (std::strcmp(mode, "unrolled") == 0) {
+    leak_unrolled();
   } else if (std::strcmp(mode, "double_free") == 0) {
     gpuguard::memory_resource& resource = *gpuguard::current_device_resource().resource;
     void* p = resource.allocate(4096);

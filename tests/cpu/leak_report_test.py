@@ -107,6 +107,17 @@ with tempfile.TemporaryDirectory() as tmp:
               "unwritable leak_json is named in one line", bad_json.stderr)
         check("LEAK: 7.0 MiB" in bad_json.stderr, "text report still written when the JSON fails")
 
+        # Four raw stacks on one source line are one site, in the text and in the JSON.
+        unrolled_json = os.path.join(tmp, "unrolled.json")
+        unrolled = run("unrolled", "device=host:stacks=all:leak_json=" + unrolled_json)
+        check("LEAK: 4.0 MiB in 4 allocations still live, from 1 site" in unrolled.stderr,
+              "an unrolled loop's four stacks are one site", unrolled.stderr)
+        with open(unrolled_json) as f:
+            unrolled_sites = json.load(f)["sites"]
+        check(len(unrolled_sites) == 1 and unrolled_sites[0]["count"] == 4 and len(set(unrolled_sites[0]["raw_sites"])) == 4
+              and unrolled_sites[0]["site"] == unrolled_sites[0]["raw_sites"][0],
+              "one JSON site, with its four raw stack ids", json.dumps(unrolled_sites))
+
         double = run("double_free", "device=host:stacks=all")
         check(double.returncode == 0, "misuse does not end the program by default", double.stderr)
         check("error: double free" in double.stderr and "first freed at" in double.stderr,

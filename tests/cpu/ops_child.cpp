@@ -5,6 +5,9 @@
 //   overflow  blocks the writer in the alert callback, then ends 1000 scopes into a queue of 64
 //   plain     three scopes and nothing else (for failing sinks)
 //   fork      a scope, then fork(): the child ends a scope and calls exit(); the parent goes on
+//   spike     1 MiB kept, a pause of 300 ms (the device is sampled), then 40 MiB allocated and
+//             freed at once, and the end 20 ms later: a spike far shorter than sample_ms
+//   spike_first  the same spike before anything else, and the end 20 ms later
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/op_scope.hpp>
@@ -148,6 +151,16 @@ int forking() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
+// A spike of 40 MiB that lives for microseconds, between two memory samples.
+int spike(bool pause_first) {
+  gpuguard::enable_tracking();
+  const gpuguard::device_buffer kept(1 * mib);
+  if (pause_first) { sleep_ms(300); }
+  { const gpuguard::device_buffer burst(40 * mib); }
+  sleep_ms(20);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -156,6 +169,8 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "overflow") == 0) { return overflow(); }
   if (std::strcmp(mode, "plain") == 0) { return plain(); }
   if (std::strcmp(mode, "fork") == 0) { return forking(); }
+  if (std::strcmp(mode, "spike") == 0) { return spike(true); }
+  if (std::strcmp(mode, "spike_first") == 0) { return spike(false); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;
 } catch (const std::exception& error) {

@@ -243,6 +243,26 @@ check(forward_lines and forward_lines[0].group(1) == "  " and forward_lines[0].g
 check(any(m.group(2) == "failing_step" and m.group(6) for m in op_lines), "failing_step's line says [exception]")
 check(sum("ALERT" in l for l in text) == 2 and any("re-armed" in l for l in text), "alert lines in the text log", text)
 
+# ---- the device alert fires on the allocation that crosses, however short the spike ---------------
+# 41 MiB of a 64 MiB capacity for microseconds, between samples 200 ms (or 1 s) apart.
+for mode, sample_ms in (("spike", 200), ("spike_first", 1000)):
+    jsonl = os.path.join(tmp, mode + ".jsonl")
+    result = run(mode, "device=host:host_capacity=64M:alert_fraction=0.5:text_log=off:sample_ms=%d:jsonl_log=%s" %
+                 (sample_ms, jsonl))
+    check(result.returncode == 0, mode + ": exit status", result.stderr)
+    with open(jsonl) as f:
+        spike_events = [json.loads(l) for l in f]
+    full = [e for e in spike_events if e["type"] == "alert" and e["kind"] == "device_full"]
+    check(len(full) == 1 and full[0]["used_bytes"] == 41 * MIB and "reached by an allocation" in full[0]["message"],
+          mode + ": one device_full alert, at the spike's 41 MiB", [e for e in spike_events if e["type"] in ("alert", "mem")])
+    if mode == "spike" and full:
+        # Stamped with the moment of the crossing, before the end and before any sample after it.
+        samples_after = [e for e in spike_events if e["type"] == "mem" and e["t"] > full[0]["t"]]
+        check(full[0]["t"] < spike_events[-1]["t"] and all(m["live_bytes"] <= 1 * MIB for m in samples_after),
+              "spike: the alert carries the crossing's time, ahead of the samples that no longer see it",
+              (full[0], samples_after))
+    print("%s: %s" % (mode, full[0]["message"] if full else "no alert"))
+
 # ---- a full queue drops, counts and reports, and never blocks ------------------------------------
 jsonl = os.path.join(tmp, "overflow.jsonl")
 result = run("overflow", "device=host:queue_capacity=64:alert_op_growth=1K:text_log=off:jsonl_log=" + jsonl)

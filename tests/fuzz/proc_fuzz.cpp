@@ -11,12 +11,14 @@
 //    scan_processes sees exactly the processes whose stat parses, holders hold only files under
 //    the prefix with the descriptor and mapping counts written, and classify gives every holder
 //    one class that agrees with its state and the orphan flag, with a reason and a hint;
-//  - classify and descendants_of on the table, cycles included: bounded, consistent.
+//  - classify and descendants_of (the process layer's, src/process) on the table, cycles included:
+//    bounded, consistent.
 // Built with the readers under ASan and UBSan.
 //
 // usage: proc_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 #include "fuzz_driver.hpp"
 #include "proc.hpp"
+#include "process/proc_stat.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -175,25 +177,20 @@ std::string check_table(const gpuguard::cli::process_table& table) {
   if (gpuguard::cli::classify(nullptr, 'R', table).cls != gpuguard::cli::holder_class::not_visible) {
     return "a process without a /proc entry not classed not_visible";
   }
-  // descendants_of on the same table (as `gpuguard run` builds it): each once, each below the root.
-  std::vector<gpuguard::cli::proc_entry> entries;
+  // descendants_of on the table as /proc gives it (each stat line's PID is its directory's; parent
+  // links may still form loops in a racy read): each process once, never the root.
+  gpuguard::cli::process_table real;
   for (const auto& [pid, stat] : table) {
-    gpuguard::cli::proc_entry e;
-    e.pid = pid;
-    e.ppid = stat.ppid;
-    e.pgid = stat.pgid;
-    e.sid = stat.sid;
-    e.state = stat.state;
-    entries.push_back(e);
+    if (stat.pid == pid) { real.emplace(pid, stat); }
   }
-  for (const auto& [root, stat] : table) {
-    const std::vector<gpuguard::cli::proc_entry> found = gpuguard::cli::descendants_of(root, entries);
+  for (const auto& entry : real) {
+    const int root = entry.first;
+    const std::vector<proc_stat> found = gpuguard::detail::descendants_of(root, real);
     std::set<int> seen;
-    for (const auto& e : found) {
-      if (!seen.insert(e.pid).second) { return "descendants_of lists a process twice"; }
-      if (e.pid == root) { return "descendants_of lists its root"; }
+    for (const proc_stat& s : found) {
+      if (!seen.insert(s.pid).second) { return "descendants_of lists a process twice"; }
+      if (s.pid == root) { return "descendants_of lists its root"; }
     }
-    if (found.size() > entries.size()) { return "descendants_of lists more than the table"; }
   }
   return "";
 }

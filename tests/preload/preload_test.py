@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
-"""The interposer (libgpuguard_preload.so) on a program that knows nothing of gpuguard
-(leaky_program.cpp: 9 MiB in 3 cudaMalloc allocations left live, everything else freed).
+"""The interposer (libgpuguard_preload.so) on programs that know nothing of gpuguard.
 
-usage: preload_test.py PRELOAD PROGRAM [--gpu] [--cli GPUGUARD]
-Without --gpu the program runs on a stand-in CUDA runtime (fake_cudart.cpp), so real dynamic
-linking and interposition are tested on any machine. With --gpu it runs on the real runtime and
-its leak report must name the same bytes and count as `compute-sanitizer --leak-check full`; with
-no usable GPU that case exits 77 (skipped), unless GPUGUARD_REQUIRE_GPU=1, when it fails.
+usage: preload_test.py PRELOAD [--fake-driver DIR] [--gpu] [--cli GPUGUARD]
+                       [--leaky PROGRAM]... [--kernel PROGRAM]... [--driver-program PROGRAM]
+                       [--rtld-next PROGRAM]
+
+--leaky: leaky_program.cpp (9 MiB in 3 cudaMalloc allocations left live, everything else freed).
+--kernel: leaky_kernel.cu (3 + 5 MiB of cudaMalloc, 1 MiB managed and a pitched block left live).
+--driver-program: driver_program.cpp (the driver API: 4 MiB of cuMemAlloc and a 2 MiB physical
+  allocation left live).
+With --fake-driver the programs run on the stand-in driver in DIR (fake_driver.cpp) and stand-in
+runtime (fake_cudart.cpp), so every way of reaching the driver is tested on any machine. With
+--gpu they run on the real CUDA libraries, and each leak report must name the same bytes and
+count as `compute-sanitizer --leak-check full`; with no usable GPU that case exits 77 (skipped),
+unless GPUGUARD_REQUIRE_GPU=1, when it fails. With --cli the tracked runs go through
+`gpuguard run --track` (which finds the interposer by GPUGUARD_PRELOAD_LIBRARY here), as a user
+would start them, and its summary is checked too.
 """
+import glob
 import json
 import os
 import re
@@ -16,11 +26,23 @@ import subprocess
 import sys
 import tempfile
 
-PRELOAD, PROGRAM = sys.argv[1], sys.argv[2]
-GPU = "--gpu" in sys.argv[3:]
-# With --cli the tracked run goes through `gpuguard run --track` (which finds the interposer by
-# GPUGUARD_PRELOAD_LIBRARY here), as a user would start it.
-CLI = sys.argv[sys.argv.index("--cli") + 1] if "--cli" in sys.argv else None
+PRELOAD = sys.argv[1]
+
+
+def values(flag):
+    return [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == flag]
+
+
+def value(flag):
+    found = values(flag)
+    return found[0] if found else None
+
+
+GPU = "--gpu" in sys.argv[2:]
+CLI = value("--cli")
+FAKE_DRIVER = value("--fake-driver")
+LEAKY, KERNELS = values("--leaky"), values("--kernel")
+DRIVER_PROGRAM, RTLD_NEXT = value("--driver-program"), value("--rtld-next")
 MIB = 1024 * 1024
 failures = []
 tmp = tempfile.mkdtemp(prefix="gpuguard-preload-")
@@ -32,66 +54,209 @@ def check(condition, what, detail=""):
     return condition
 
 
-def run(argv, preload=True, options=""):
+def environment(preload=True, options="", extra=None):
     env = dict(os.environ, GPUGUARD_OPTIONS=options)
+    env.pop("LD_PRELOAD", None)
+    env.pop("GPUGUARD_TRACK_DIR", None)
     if preload:
         env["LD_PRELOAD"] = PRELOAD
+    if FAKE_DRIVER:
+        env["LD_LIBRARY_PATH"] = FAKE_DRIVER + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env.update(extra or {})
+    return env
+
+
+def run(argv, preload=True, options="", extra=None):
+    return subprocess.run(argv, env=environment(preload, options, extra), capture_output=True, text=True, timeout=300)
+
+
+def tracked(program, name, extra=None):
+    """Runs PROGRAM tracked; returns (result, leak report, per-process records)."""
+    leaks = os.path.join(tmp, name + ".leaks.json")
+    records = os.path.join(tmp, name + ".records")
+    os.makedirs(records)
+    options = "text_log=off:leak_json=" + leaks
+    if CLI:
+        env = environment(False, options, extra)
+        env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+        result = subprocess.run([CLI, "run", "--track", "--", program], env=env, capture_output=True, text=True, timeout=300)
     else:
-        env.pop("LD_PRELOAD", None)
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        result = run([program], options=options, extra=dict(extra or {}, GPUGUARD_TRACK_DIR=records))
+    report = {}
+    try:
+        with open(leaks) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as error:
+        failures.append("%s: no leak JSON: %s\n%s" % (name, error, result.stderr[-2000:]))
+    found = []
+    for path in glob.glob(os.path.join(records, "*.json")):
+        with open(path) as f:
+            found.append(json.load(f))
+    return result, report, found
 
 
-leaks = os.path.join(tmp, "leaks.json")
-if CLI:
-    os.environ["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
-    tracked = run([CLI, "run", "--track", "--", PROGRAM], preload=False, options="text_log=off:leak_json=" + leaks)
-else:
-    tracked = run([PROGRAM], options="text_log=off:leak_json=" + leaks)
-if GPU and tracked.returncode != 0 and "leaky_program: cudaMalloc" in tracked.stderr:
-    if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-        print("FAILED: GPUGUARD_REQUIRE_GPU=1 but the program could not allocate:\n" + tracked.stderr)
-        sys.exit(1)
-    print("skipped: no usable GPU here; the GPU runner runs this")
-    sys.exit(77)
-check(tracked.returncode == 0, "the program's status is unchanged (0)", tracked.stderr)
-check("leaving 9 MiB in 3 allocations behind" in tracked.stdout, "the program ran", tracked.stdout)
-check(re.search(r"^\[gpuguard\] LEAK: 9\.0 MiB in 3 allocations still live", tracked.stderr, re.M),
-      "the leak report on stderr", tracked.stderr[-2000:])
-report = {}
-try:
-    with open(leaks) as f:
-        report = json.load(f)
-except (OSError, ValueError) as error:
-    failures.append("no leak JSON: %s" % error)
-if report:
-    check(report["total_bytes"] == 9 * MIB and report["total_count"] == 3, "9 MiB in 3 allocations live", report)
-    devices = {d["device"]: d for d in report["devices"]}
-    check(0 in devices and devices[0]["allocations"] == 7 and devices[0]["frees"] == 4,
-          "device 0: 7 allocations (5 cudaMalloc, async, pitch), 4 frees", devices)
-    check(-1 in devices and devices[-1]["allocations"] == 1 and devices[-1]["current_bytes"] == 0,
-          "the pinned allocation was seen and freed", devices)
-    check(report["misuse"]["unknown_pointer"] == 0 and report["misuse"]["double_free"] == 0, "no misuse", report["misuse"])
+def device_totals(report):
+    sites = [s for s in report.get("sites", []) if s["device"] >= 0]
+    return sum(s["bytes"] for s in sites), sum(s["count"] for s in sites)
 
-if not GPU:
-    # The control: without the interposer, gpuguard says nothing.
-    plain = run([PROGRAM], preload=False, options="leak_json=" + leaks + ".plain")
-    check(plain.returncode == 0 and "[gpuguard]" not in plain.stderr and not os.path.exists(leaks + ".plain"),
-          "without the interposer nothing is tracked", plain.stderr)
-    # A program without the CUDA runtime: the interposer says what it could not see.
-    nothing = run(["/bin/true"], options="text_log=off")
-    check(nothing.returncode == 0 and "--track saw no CUDA runtime allocation" in nothing.stderr,
-          "a program with no runtime calls is told so", nothing.stderr)
-else:
+
+def check_summary(name, result, leaked_bytes, leaked_count):
+    """Under gpuguard run: one line for the process, and the total."""
+    if not CLI:
+        return
+    lines = [l for l in result.stderr.splitlines() if l.startswith("[gpuguard] --track: pid ")]
+    check(len(lines) == 1, name + ": the supervisor writes one line for the one process that used CUDA", result.stderr[-2000:])
+    check(re.search(r"--track: 1 process used CUDA; leaked in all: [0-9.]+ [KMG]?i?B in %d allocation" % leaked_count,
+                    result.stderr), name + ": the supervisor's total", result.stderr[-2000:])
+
+
+def gpu_skip_if_unusable(result, marker):
+    if result.returncode != 0 and marker in result.stderr:
+        if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
+            print("FAILED: GPUGUARD_REQUIRE_GPU=1 but the program could not allocate:\n" + result.stderr)
+            sys.exit(1)
+        print("skipped: no usable GPU here; the GPU runner runs this")
+        sys.exit(77)
+
+
+def sanitizer_summary(program):
     sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    checked = subprocess.run([sanitizer, "--leak-check", "full", PROGRAM], capture_output=True, text=True, timeout=300)
-    summary = re.search(r"LEAK SUMMARY: (\d+) bytes leaked in (\d+) allocations", checked.stdout + checked.stderr)
-    print("compute-sanitizer: %s" % (summary.group(0) if summary else "no leak summary"))
-    if check(summary, "compute-sanitizer printed a leak summary", (checked.stdout + checked.stderr)[-3000:]) and report:
-        device_leaks = [s for s in report["sites"] if s["device"] >= 0]
-        ours = (sum(s["bytes"] for s in device_leaks), sum(s["count"] for s in device_leaks))
-        print("gpuguard --track: %d bytes leaked in %d allocations" % ours)
-        check(ours == (int(summary.group(1)), int(summary.group(2))),
-              "gpuguard and compute-sanitizer name the same bytes and count", (ours, summary.group(0)))
+    checked = subprocess.run([sanitizer, "--leak-check", "full", program], capture_output=True, text=True, timeout=300)
+    text = checked.stdout + checked.stderr
+    summary = re.search(r"LEAK SUMMARY: (\d+) bytes leaked in (\d+) allocations", text)
+    if not summary and re.search(r"ERROR SUMMARY: 0 errors", text):
+        return (0, 0), "no leaks"
+    check(summary, "compute-sanitizer printed a leak summary for " + program, text[-3000:])
+    return ((int(summary.group(1)), int(summary.group(2))) if summary else None), (summary.group(0) if summary else "")
+
+
+# ---- through the runtime: leaky_program ---------------------------------------------------------
+for number, program in enumerate(LEAKY):
+    name = "leaky%d" % number
+    result, report, records = tracked(program, name)
+    if GPU:
+        gpu_skip_if_unusable(result, "leaky_program: cudaMalloc")
+    check(result.returncode == 0, name + ": the program's status is unchanged (0)", result.stderr)
+    check("leaving 9 MiB in 3 allocations behind" in result.stdout, name + ": the program ran", result.stdout)
+    check(re.search(r"^\[gpuguard\] LEAK: 9\.0 MiB in 3 allocations still live", result.stderr, re.M),
+          name + ": the leak report on stderr", result.stderr[-2000:])
+    if report:
+        check(report["total_bytes"] == 9 * MIB and report["total_count"] == 3, name + ": 9 MiB in 3 allocations live", report)
+        devices = {d["device"]: d for d in report["devices"]}
+        check(0 in devices and devices[0]["allocations"] == 7 and devices[0]["frees"] == 4,
+              name + ": device 0: 7 allocations (5 cudaMalloc, async, pitch), 4 frees", devices)
+        check(-1 in devices and devices[-1]["allocations"] == 1 and devices[-1]["current_bytes"] == 0,
+              name + ": the pinned allocation was seen and freed", devices)
+        check(report["misuse"]["unknown_pointer"] == 0 and report["misuse"]["double_free"] == 0, name + ": no misuse",
+              report["misuse"])
+    check_summary(name, result, 9 * MIB, 3)
+    if not CLI:
+        check(len(records) == 1 and records[0]["leaked_bytes"] == 9 * MIB and records[0]["wrapped_lookups"] > 0,
+              name + ": the process's record (GPUGUARD_TRACK_DIR)", records)
+        if GPU and records:
+            device0 = [d for d in records[0]["devices"] if d["device"] == 0]
+            check(device0 and "nvml_used_bytes" in device0[0] and "unattributed_bytes" in device0[0],
+                  name + ": NVML's figure and the unattributed rest are in the record", records)
+            if device0 and "unattributed_bytes" in device0[0]:
+                print("%s: NVML says %d bytes for the process at exit, %d of them unattributed (%s)" % (
+                    name, device0[0]["nvml_used_bytes"], device0[0]["unattributed_bytes"], os.path.basename(program)))
+    if GPU:
+        ours = device_totals(report) if report else None
+        theirs, said = sanitizer_summary(program)
+        print("%s: compute-sanitizer: %s; gpuguard --track: %s" % (os.path.basename(program), said, ours))
+        check(ours == theirs, name + ": gpuguard and compute-sanitizer name the same bytes and count", (ours, said))
+
+# ---- a CUDA program as nvcc builds it: leaky_kernel --------------------------------------------
+for number, program in enumerate(KERNELS):
+    name = "kernel%d" % number
+    result, report, records = tracked(program, name)
+    gpu_skip_if_unusable(result, "leaky_kernel: cudaMalloc")
+    check(result.returncode == 0, name + ": the program's status is unchanged (0)", result.stderr)
+    if report:
+        devices = {d["device"]: d for d in report["devices"]}
+        check(0 in devices and devices[0]["allocations"] == 7 and devices[0]["frees"] == 3,
+              name + ": device 0: 7 allocations (3 cudaMalloc, 2 managed, pitch, async), 3 frees", devices)
+        check(report["total_count"] == 4, name + ": 4 allocations live", report.get("sites"))
+    ours = device_totals(report) if report else None
+    theirs, said = sanitizer_summary(program)
+    print("%s: compute-sanitizer: %s; gpuguard --track: %s" % (os.path.basename(program), said, ours))
+    check(ours == theirs, name + ": gpuguard and compute-sanitizer name the same bytes and count", (ours, said))
+    check_summary(name, result, ours[0] if ours else 0, ours[1] if ours else 0)
+
+# ---- the driver API itself: driver_program ------------------------------------------------------
+if DRIVER_PROGRAM:
+    result, report, records = tracked(DRIVER_PROGRAM, "driver")
+    if GPU:
+        gpu_skip_if_unusable(result, "driver_program: cu")
+    check(result.returncode == 0 and "leaving 6 MiB in 2 allocations behind" in result.stdout,
+          "driver: the program ran and kept its status", result.stdout + result.stderr)
+    if report:
+        check(report["total_bytes"] == 6 * MIB and report["total_count"] == 2,
+              "driver: 6 MiB in 2 allocations live (4 MiB cuMemAlloc, 2 MiB cuMemCreate)", report)
+        devices = {d["device"]: d for d in report["devices"]}
+        check(0 in devices and devices[0]["allocations"] == 4 and devices[0]["frees"] == 2,
+              "driver: device 0: 4 allocations (2 cuMemAlloc, 2 cuMemCreate), 2 frees", devices)
+        check(-1 in devices and devices[-1]["allocations"] == 1 and devices[-1]["current_bytes"] == 0,
+              "driver: the pinned cuMemHostAlloc was seen and freed", devices)
+    if not CLI:
+        check(len(records) == 1 and records[0]["vmm_handles"] == 1 and records[0]["vmm_created_bytes"] == 2 * MIB
+              and records[0]["vmm_mapped_bytes"] == 2 * MIB,
+              "driver: the record counts the live physical allocation and its mapping", records)
+    check_summary("driver", result, 6 * MIB, 2)
+
+if CLI and LEAKY:
+    # A job whose shells and helpers never load the CUDA driver: only the one process that used it
+    # is summarised, and the helpers print nothing.
+    env = environment(False, "text_log=off")
+    env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+    script = "sh -c true; /bin/true; '%s'; sh -c 'echo helper done'" % LEAKY[0]
+    result = subprocess.run([CLI, "run", "--track", "--", "sh", "-c", script], env=env, capture_output=True, text=True,
+                            timeout=300)
+    lines = [l for l in result.stderr.splitlines() if l.startswith("[gpuguard] --track: pid ")]
+    check(result.returncode == 0 and len(lines) == 1 and "(%s)" % os.path.basename(LEAKY[0]) in lines[0] and
+          "--track: 1 process used CUDA" in result.stderr and "helper done" in result.stdout,
+          "helpers: one line, for the one process of five that used CUDA", result.stderr[-2000:])
+    check(not re.search(r"saw no|were not seen|allocated no memory", result.stderr),
+          "helpers: the processes that never loaded the driver said nothing", result.stderr[-2000:])
+if GPU and CLI and LEAKY:
+    # Alongside compute-sanitizer (which injects through CUDA_INJECTION64_PATH): both reports, agreeing.
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    env = environment(False, "text_log=off")
+    env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
+    result = subprocess.run([CLI, "run", "--track", "--", sanitizer, "--leak-check", "full", LEAKY[-1]], env=env,
+                            capture_output=True, text=True, timeout=300)
+    text = result.stdout + result.stderr
+    check("LEAK SUMMARY: 9437184 bytes leaked in 3 allocations" in text and
+          re.search(r"^\[gpuguard\] LEAK: 9\.0 MiB in 3 allocations", text, re.M),
+          "with compute-sanitizer: both report the same 3 allocations", text[-3000:])
+    print("with compute-sanitizer: %s" % ", ".join(
+        l.strip() for l in text.splitlines() if "LEAK SUMMARY" in l or l.startswith("[gpuguard] LEAK")))
+if FAKE_DRIVER and not CLI:
+    # The CUDA 11.3-11.8 runtimes' lookup (cuGetProcAddress version 1) is followed as well.
+    result, report, records = tracked(LEAKY[0], "v1", {"FAKE_CUDART_VERSION": "11030"})
+    check(report and report["total_bytes"] == 9 * MIB and report["total_count"] == 3,
+          "v1: the version-1 lookup is wrapped too", result.stderr[-2000:])
+    # An entry point the driver hands out that is none of its exported ones is not guessed at: it is
+    # passed through unwrapped, and counted.
+    result, report, records = tracked(LEAKY[0], "hidden", {"FAKE_DRIVER_HIDE_ALLOC": "1"})
+    check(result.returncode == 0 and report and report["total_count"] == 0 and records and
+          records[0]["unidentified_lookups"] >= 1,
+          "hidden: an unknown address for cuMemAlloc is passed through and counted", (report, records))
+    # The control: without the interposer, gpuguard says nothing.
+    plain = run([LEAKY[0]], preload=False, options="leak_json=" + os.path.join(tmp, "plain.json"))
+    check(plain.returncode == 0 and "[gpuguard]" not in plain.stderr and not os.path.exists(os.path.join(tmp, "plain.json")),
+          "without the interposer nothing is tracked", plain.stderr)
+    # A process that never loads the CUDA driver (a shell, a launcher's helper) says nothing at all.
+    nothing = run(["/bin/sh", "-c", "true"], options="text_log=off")
+    check(nothing.returncode == 0 and "[gpuguard]" not in nothing.stderr,
+          "a process that never loads the CUDA driver prints nothing", nothing.stderr)
+if RTLD_NEXT:
+    # gpuguard's dlsym leaves dlsym(RTLD_NEXT, ...) of other code resolving relative to that code.
+    for preload in (False, True):
+        result = run([RTLD_NEXT], preload=preload)
+        check(result.stdout.strip() == "rtld_next: 1",
+              "RTLD_NEXT resolves after the calling library (%s the interposer)" % ("with" if preload else "without"),
+              result.stdout + result.stderr)
 
 if failures:
     print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))

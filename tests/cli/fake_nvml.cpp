@@ -1,7 +1,8 @@
-// A stand-in for libnvidia-ml.so.1 that `gpuguard doctor` loads in tests (GPUGUARD_NVML_LIBRARY),
-// so its NVML path runs on machines without a GPU: the same entry points, the same structs, the
-// same protocols (nvmlMemory_v2_t's version field, NVML_ERROR_INSUFFICIENT_SIZE when the caller's
-// process array is too small), answering from a spec file named by GPUGUARD_FAKE_NVML:
+// The one stand-in for libnvidia-ml.so.1 that `gpuguard doctor` and `gpuguard run` load in tests
+// (GPUGUARD_NVML_LIBRARY), so their NVML path runs on machines without a GPU: the same entry
+// points, the same structs, the same protocols (nvmlMemory_v2_t's version field,
+// NVML_ERROR_INSUFFICIENT_SIZE when the caller's process array is too small), answering from a
+// spec file named by GPUGUARD_FAKE_NVML:
 //
 //   init_error CODE                                 nvmlInit_v2 fails with CODE
 //   driver VERSION                                  nvmlSystemGetDriverVersion
@@ -11,6 +12,11 @@
 //
 // Every process-list call that does not give room for all processes answers INSUFFICIENT_SIZE
 // with the count needed, as NVML does; the number of such answers is what the doctor had to retry.
+//
+// The spec is read at nvmlInit_v2 and again at every nvmlDeviceGetCount_v2 (the start of each
+// sample), so a process of the job under `gpuguard run` can add its own "process" line while NVML
+// is open; the position in each device's USED list is kept until the next nvmlInit_v2. The same
+// source also builds the plain shared object the `run --track` tests preload.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -71,7 +77,11 @@ fake_state& state() {
 
 bool load_spec() {
   fake_state& s = state();
+  std::vector<std::size_t> positions;  // where each device's USED list is: kept across re-reads
+  for (const fake_device& d : s.devices) { positions.push_back(d.next_used); }
+  const bool initialised = s.initialised;
   s = fake_state{};
+  s.initialised = initialised;
   const char* path = std::getenv("GPUGUARD_FAKE_NVML");
   if (path == nullptr) { return true; }
   std::ifstream in(path);
@@ -93,6 +103,7 @@ bool load_spec() {
       std::string v;
       while (std::getline(values, v, ',')) { d.used.push_back(std::stoull(v)); }
       std::getline(words >> std::ws, d.name);
+      if (s.devices.size() < positions.size()) { d.next_used = positions[s.devices.size()]; }
       s.devices.push_back(d);
     } else if (kind == "process") {
       std::size_t device = 0;
@@ -119,6 +130,7 @@ fake_device* device_of(void* handle) {
 #define FAKE_NVML_API extern "C" __attribute__((visibility("default")))
 
 FAKE_NVML_API int nvmlInit_v2() {
+  state() = fake_state{};
   if (!load_spec()) { return error_invalid_argument; }
   if (state().init_error != 0) { return state().init_error; }
   state().initialised = true;
@@ -150,6 +162,7 @@ FAKE_NVML_API int nvmlSystemGetDriverVersion(char* version, unsigned int length)
 
 FAKE_NVML_API int nvmlDeviceGetCount_v2(unsigned int* count) {
   if (!state().initialised) { return error_uninitialized; }
+  static_cast<void>(load_spec());  // a sample starts: processes may have been added
   if (count == nullptr) { return error_invalid_argument; }
   *count = static_cast<unsigned int>(state().devices.size());
   return success;

@@ -1,0 +1,65 @@
+/// @file
+/// @brief The job's own cgroup (v2) for `gpuguard run`: a boundary nothing of the job escapes.
+///
+/// Where cgroup v2 is writable (a container with its own cgroup, a systemd scope with delegation,
+/// root on a host), the supervisor makes a child of its own cgroup, `gpuguard-run.PID.PIDNS` (PIDNS:
+/// the inode of its PID namespace, so that supervisors that are each PID 1 of a container do not
+/// collide), and CMD
+/// moves itself into it between fork and exec; every process CMD starts is born there, whatever
+/// it does with sessions, process groups or double forks. The job is ended with `cgroup.kill`
+/// (Linux 5.14+), which SIGKILLs every member at once, with no window in which a process being
+/// forked is missed. Where it is not writable, the subreaper path alone ends the job.
+#pragma once
+
+#include "process/proc_stat.hpp"
+
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace gpuguard::cli {
+
+class job_cgroup {
+ public:
+  /// Makes `gpuguard-run.<supervisor>.<pid namespace inode>` under this process's cgroup v2 and opens its cgroup.procs
+  /// (close-on-exec) for CMD to join. When cgroup v2 is not mounted, not writable, or lacks
+  /// cgroup.kill, the result is not active() and why_not() says why; nothing is left behind.
+  /// First removes empty `gpuguard-run.N.PIDNS` siblings of this PID namespace whose supervisor N
+  /// is gone (a run whose supervisor and anchor were both killed leaves one). Never throws but std::bad_alloc.
+  static job_cgroup create(pid_t supervisor);
+
+  job_cgroup() = default;
+  job_cgroup(job_cgroup&& other) noexcept;
+  job_cgroup& operator=(job_cgroup&& other) noexcept;
+  job_cgroup(const job_cgroup&) = delete;
+  job_cgroup& operator=(const job_cgroup&) = delete;
+  ~job_cgroup();  // closes the descriptor; the directory is removed by remove(), not here
+
+  [[nodiscard]] bool active() const noexcept { return procs_fd_ >= 0; }
+  /// Why the cgroup is not used ("" when it is).
+  [[nodiscard]] const std::string& why_not() const noexcept { return why_not_; }
+  /// Its path as /proc/PID/cgroup shows it ("/gpuguard-run.4200.4026531836", or deeper).
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// Its directory (under the cgroup2 mount).
+  [[nodiscard]] const std::string& directory() const noexcept { return directory_; }
+  /// cgroup.procs, open for writing: CMD writes "0" to it between fork and exec (a write(2) on a
+  /// descriptor opened beforehand is async-signal-safe). -1 when not active.
+  [[nodiscard]] int procs_fd() const noexcept { return procs_fd_; }
+
+  /// The live processes in it and in any cgroup below it (a nested `gpuguard run` makes one).
+  [[nodiscard]] std::vector<detail::proc_stat> members() const;
+  /// Writes "1" to cgroup.kill: SIGKILL to every member at once. False when it could not.
+  bool kill() const noexcept;
+  /// Removes the directory (and any below it), waiting up to `timeout_ms` for the killed members to
+  /// leave. True when it is gone.
+  bool remove(int timeout_ms) const;
+
+ private:
+  std::string directory_;
+  std::string name_;
+  std::string why_not_;
+  int procs_fd_ = -1;
+};
+
+}  // namespace gpuguard::cli

@@ -1,0 +1,64 @@
+// What the two halves of libgpuguard_preload.so share: driver_hooks.cpp finds and wraps the CUDA
+// driver's memory entry points; preload.cpp records what they did in the ledger and reports at exit.
+#pragma once
+#include <gpuguard/memory_resource.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace gpuguard::preload {
+
+// ---- preload.cpp: recording -----------------------------------------------------------------
+
+/// A successful allocation of `bytes` at `ptr` (for cuMemCreate: the handle's value); `caller` is
+/// the return address of the driver entry point's call, from which the asking code is found.
+void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream, memory_kind kind,
+            const void* caller) noexcept;
+/// A free of `ptr`, recorded before it is passed on (the address may be reused at once after).
+void forget(const void* ptr, int device, cudaStream_t stream) noexcept;
+/// The driver's entry points were handed out wrapped at least once (a lookup went through us).
+void note_wrapped_lookup() noexcept;
+
+// ---- driver_hooks.cpp: questions for the driver, through its real entry points ----------------
+
+/// The device of the calling thread's current context (0 when there is none).
+[[nodiscard]] int context_device() noexcept;
+/// Whether the real driver's entry points were found (the process loaded libcuda).
+[[nodiscard]] bool driver_bound() noexcept;
+/// Number of lookups answered with a wrapper, and of memory entry points asked for by name whose
+/// real address matched no entry point gpuguard knows (so they were handed out unwrapped).
+[[nodiscard]] std::uint64_t wrapped_lookups() noexcept;
+[[nodiscard]] std::uint64_t unidentified_lookups() noexcept;
+
+/// A device's stream-ordered pools (its default pool, and pools allocated from explicitly).
+struct pool_figures {
+  std::size_t reserved = 0;
+  std::size_t used = 0;
+  bool known = false;
+};
+[[nodiscard]] pool_figures pools_of(int device) noexcept;
+
+/// Memory mapped from other processes (IPC handles, imported shareable handles): not owned here.
+struct import_figures {
+  std::size_t bytes = 0;        ///< of IPC mappings open now (their size is known)
+  std::uint64_t mappings = 0;   ///< IPC mappings open now
+  std::uint64_t handles = 0;    ///< imported physical-allocation handles not yet released
+};
+[[nodiscard]] import_figures imports() noexcept;
+
+/// Physical allocations (cuMemCreate) and how much of them is mapped into the address space now.
+struct vmm_figures {
+  std::uint64_t handles = 0;
+  std::size_t created_bytes = 0;
+  std::size_t mapped_bytes = 0;
+};
+[[nodiscard]] vmm_figures vmm() noexcept;
+
+/// The PCI bus id ("0000:xx:yy.z") of a CUDA device, for matching NVML's devices; false if unknown.
+bool device_bus_id(int device, char* out, int size) noexcept;
+/// The number of CUDA devices (0 when the driver is not there).
+[[nodiscard]] int device_count() noexcept;
+
+}  // namespace gpuguard::preload
