@@ -46,4 +46,8 @@ void kill_child_groups() noexcept;
 /// SIGTERM to every registered group, up to `grace_ms` for them to go, then SIGKILL.
 void end_child_groups(int grace_ms) noexcept;
 
+/// The event log's file descriptor (the JSONL sink's), so that the crash handler can end the log
+/// with a `crash` line; -1 when there is none. Set by the sink when it opens and closes.
+void set_event_log_fd(int fd) noexcept;
+
 }  // namespace gpuguard::detail

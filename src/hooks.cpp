@@ -79,6 +79,10 @@ std::atomic<bool> termination_started{false};
 std::atomic<pid_t> crash_thread{0};
 std::atomic<int> crash_signal{0};
 std::atomic<int> crash_fd{-1};
+// The crash file's path as the handler prints it (points into hook_state::crash_path, set once).
+std::atomic<const char*> crash_path_text{nullptr};
+// The JSONL event log's descriptor: the handler appends one `crash` line to it.
+std::atomic<int> event_log_fd{-1};
 
 struct hook_state {
   std::mutex mutex;
@@ -270,8 +274,10 @@ void write_human(int fd) noexcept {
     out.put(" ").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i]));
   }
   out.put("\n");
-  if (crash_fd.load(std::memory_order_relaxed) >= 0) {
-    out.put("[gpuguard]   crash record written; resolve its frames with: gpuguard symbolize CRASH_FILE\n");
+  const char* path = crash_path_text.load(std::memory_order_relaxed);
+  if (crash_fd.load(std::memory_order_relaxed) >= 0 && path != nullptr) {
+    out.put("[gpuguard]   crash record written to ").put(path).put("; resolve its frames with: gpuguard symbolize ")
+        .put(path).put("\n");
   }
 }
 
@@ -345,6 +351,43 @@ void write_record(int fd) noexcept {
   out.put("]}\n");
 }
 
+// The last line of the event log: what the crash was, what was live, the raw frames (the record in
+// crash_file has the mappings to resolve them). The writer thread may be gone or stopped mid-run:
+// the line goes straight to the log's descriptor, after whatever the writer flushed.
+void write_crash_event(int fd) noexcept {
+  signal_writer out(fd);
+  const char* path = crash_path_text.load(std::memory_order_relaxed);
+  out.put("{\"v\":1,\"type\":\"crash\",\"t\":").sdec(detail::now_ns())
+      .put(",\"signal\":\"").put(signal_name(facts.sig))
+      .put("\",\"code\":").sdec(facts.code)
+      .put(",\"address\":\"").hex(facts.address)
+      .put("\",\"thread\":").dec(static_cast<std::uint64_t>(facts.thread))
+      .put(",\"crash_file\":\"");
+  if (path != nullptr && crash_fd.load(std::memory_order_relaxed) >= 0) { out.json_text(path, std::strlen(path)); }
+  out.put("\",\"devices\":[");
+  bool first = true;
+  for (int device = host_device_id; device < max_devices; ++device) {
+    const counters c = device_counters(device);
+    if (c.allocations == 0) { continue; }
+    out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
+        .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())
+        .put(",\"peak_bytes\":").dec(c.peak_bytes).put("}");
+    first = false;
+  }
+  out.put("],\"sites\":[");
+  const std::size_t shown = facts.site_count < 5 ? facts.site_count : 5;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const detail::crash_site& site = facts.sites[i];
+    out.put(i == 0 ? "{\"site\":" : ",{\"site\":").dec(site.site).put(",\"device\":").sdec(site.device)
+        .put(",\"bytes\":").dec(site.bytes).put(",\"count\":").dec(site.count).put("}");
+  }
+  out.put("],\"frames\":[");
+  for (std::size_t i = 0; i < facts.frame_count && i < 32; ++i) {
+    out.put(i == 0 ? "\"" : ",\"").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i])).put("\"");
+  }
+  out.put("]}\n");
+}
+
 void on_watchdog(int /*sig*/) {
   static constexpr char message[] = "[gpuguard] the crash handler did not finish within 3 s: ending the process\n";
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof message - 1);
@@ -372,6 +415,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   write_human(STDERR_FILENO);
   const int fd = crash_fd.load(std::memory_order_relaxed);
   if (fd >= 0) { write_record(fd); }
+  if (const int log = event_log_fd.load(std::memory_order_relaxed); log >= 0) { write_crash_event(log); }
   detail::run_signal_safe_cleanups();
   detail::kill_child_groups();
   gpuguard_crash_handler_active = 0;
@@ -467,6 +511,7 @@ std::string current_exception_text() {
 void hooks_off_in_forked_child() noexcept {
   pipe_write_fd.store(-1, std::memory_order_relaxed);
   crash_fd.store(-1, std::memory_order_relaxed);
+  event_log_fd.store(-1, std::memory_order_relaxed);  // the parent's log
   for (const int sig : termination_signals) {
     if (installed_for[static_cast<std::size_t>(sig)].exchange(false)) { restore_previous(sig); }
   }
@@ -496,6 +541,8 @@ void install_hooks(const options& opts) noexcept {
         std::fprintf(stderr, "[gpuguard] crash_file: cannot open '%s': %s; crash records go to stderr only\n",
                      st.crash_path.c_str(), std::strerror(errno));
         st.crash_path.clear();
+      } else {
+        crash_path_text.store(st.crash_path.c_str(), std::memory_order_relaxed);
       }
       crash_fd.store(fd, std::memory_order_relaxed);
     }
@@ -581,6 +628,8 @@ bool hooks_installed() noexcept {
 }
 
 void detail::die_by_signal(int sig) noexcept { die_by(sig); }
+
+void detail::set_event_log_fd(int fd) noexcept { event_log_fd.store(fd, std::memory_order_relaxed); }
 
 void detail::discard_unused_crash_file() noexcept {
   hook_state& st = hooks();

@@ -222,10 +222,15 @@ constexpr key_entry keys[] = {
 };
 
 // Keys and values come from the environment, so messages must stay one printable line.
+// The text in quotes, control and non-ASCII bytes escaped; past 80 bytes cut, with its length said,
+// so that a huge bad value gives a line a person can read.
 std::string quoted(std::string_view text) {
   static constexpr char hex[] = "0123456789abcdef";
+  constexpr std::size_t shown = 80;
+  const std::size_t full = text.size();
+  if (full > shown) { text = text.substr(0, shown); }
   std::string out;
-  out.reserve(text.size() + 2);
+  out.reserve(text.size() + 32);
   out += '\'';
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -238,6 +243,7 @@ std::string quoted(std::string_view text) {
     }
   }
   out += '\'';
+  if (full > shown) { out += "... (" + std::to_string(full) + " bytes)"; }
   return out;
 }
 
@@ -292,9 +298,16 @@ const options& process_options() {
   static const options values = [] {
     const char* const text = std::getenv("GPUGUARD_OPTIONS");
     parsed_options parsed = parse_options(text == nullptr ? std::string_view() : std::string_view(text));
-    for (const auto& error : parsed.errors) {
+    // The first few errors, then how many more: 10,000 bad items must not print 10,000 lines.
+    constexpr std::size_t errors_shown = 10;
+    for (std::size_t i = 0; i < parsed.errors.size() && i < errors_shown; ++i) {
       // One fputs per line, so lines from other threads or processes do not cut into it.
-      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + error + "\n";
+      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + parsed.errors[i] + "\n";
+      std::fputs(line.c_str(), stderr);
+    }
+    if (parsed.errors.size() > errors_shown) {
+      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + std::to_string(parsed.errors.size() - errors_shown) +
+                               " more bad items, not shown (each was ignored)\n";
       std::fputs(line.c_str(), stderr);
     }
     if (parsed.values.strict && !parsed.errors.empty()) {

@@ -3,6 +3,8 @@
 // the writer must keep up with a million events a second.
 #include "sinks.hpp"
 
+#include "exit_paths.hpp"
+
 #include "format.hpp"
 #include "report_json.hpp"
 #include "stacks.hpp"
@@ -59,6 +61,7 @@ class output_file {
 
   std::string& buffer() noexcept { return buffer_; }
   [[nodiscard]] bool failed() const noexcept { return failed_; }
+  [[nodiscard]] int fd() const noexcept { return fd_; }
 
   /// Call after appending to buffer(): writes out once enough has gathered.
   void maybe_flush() {
@@ -129,9 +132,15 @@ class text_sink final : public sink {
 class jsonl_sink final : public sink {
  public:
   explicit jsonl_sink(failure_reporter report) : file_("jsonl_log", report) {}
+  jsonl_sink(const jsonl_sink&) = delete;
+  jsonl_sink& operator=(const jsonl_sink&) = delete;
+  jsonl_sink(jsonl_sink&&) = delete;
+  jsonl_sink& operator=(jsonl_sink&&) = delete;
+  ~jsonl_sink() override { set_event_log_fd(-1); }
 
   bool open(const std::string& path, std::string* error) {
     if (!file_.open(path, false, error)) { return false; }
+    set_event_log_fd(file_.fd());  // a crash ends the log with its own line (hooks.cpp)
     std::string& out = begin("start", 0);
     out += ",\"schema\":\"gpuguard.events\",\"pid\":";
     append_int(out, ::getpid());

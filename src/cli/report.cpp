@@ -6,6 +6,7 @@
 #include "report_html.hpp"
 #include "report_log.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,7 +19,7 @@ namespace gpuguard::cli {
 namespace {
 
 constexpr const char* help_text =
-    "usage: gpuguard report LOG.jsonl -o OUTPUT.html [--title TEXT]\n"
+    "usage: gpuguard report LOG.jsonl [-o OUTPUT.html] [--title TEXT]\n"
     "\n"
     "Renders a gpuguard JSONL event log (written with GPUGUARD_OPTIONS=jsonl_log=PATH; schema\n"
     "gpuguard.events version 1, see docs/formats.md) as ONE self-contained HTML page: no network,\n"
@@ -36,7 +37,9 @@ constexpr const char* help_text =
     "  - the log lines that could not be used, and why\n"
     "\n"
     "options:\n"
-    "  -o, --output PATH   where to write the page ('-' = standard output). Written to a temporary\n"
+    "  -o, --output PATH   where to write the page ('-' = standard output; default: LOG with its\n"
+    "                      .jsonl, .json or .log suffix replaced by .html, next to it; required\n"
+    "                      when LOG is '-'). Written to a temporary\n"
     "                      file beside PATH and renamed: PATH is never left half written, and\n"
     "                      nothing is written when the command fails\n"
     "  --title TEXT        the page's title (default: 'gpuguard report: ' and the program's name)\n"
@@ -44,7 +47,9 @@ constexpr const char* help_text =
     "\n"
     "A line that cannot be used (not JSON, not an object, a missing or mistyped field, an unknown\n"
     "version, a truncated last line) is reported on stderr as 'gpuguard report: LOG:LINE: why'\n"
-    "and listed in the page; everything else is still shown. Lines of unknown types and unknown\n"
+    "(the first 20; then how many more) and listed in the page; everything else is still shown.\n"
+    "A file that is no event log at all (empty, a Chrome trace written by trace_file=, binary\n"
+    "data, JSON lines of no gpuguard event) is named as what it is, and no page is written. Lines of unknown types and unknown\n"
     "fields are ignored, so newer logs still render. Long logs are read as a stream: memory\n"
     "samples are reduced to a few thousand points per device (each bucket keeps its lowest and\n"
     "highest sample, so peaks survive) and at most 2000 operation bands are drawn per thread\n"
@@ -54,12 +59,13 @@ constexpr const char* help_text =
     "exit status:\n"
     "  0  the page was written (even when some lines were skipped)\n"
     "  1  the log could not be read, or the page could not be written (nothing is written)\n"
-    "  2  usage error\n";
+    "  2  usage error\n"
+    "  3  nothing in the log could be used: it is empty or no event log (nothing is written)\n";
 
 // Lines longer than this are skipped unread: no event of version 1 comes near it.
 constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
 // Skipped lines named on stderr one by one; past this, one line says how many more there were.
-constexpr std::size_t max_stderr_lines = 1000;
+constexpr std::size_t max_stderr_lines = 20;
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "gpuguard report: %s (see 'gpuguard report --help')\n", message.c_str());
@@ -121,6 +127,44 @@ class line_reader {
   int error_ = 0;
 };
 
+// What a first line that is no event says the file is, or "" when it may be an event log.
+std::string what_else(const std::string& first_line) {
+  std::size_t controls = 0;
+  for (const char ch : first_line.substr(0, 4096)) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte == 0) { return "binary data (it has NUL bytes)"; }
+    controls += byte < 0x09 || (byte > 0x0d && byte < 0x20) ? 1 : 0;
+  }
+  if (controls * 10 > std::min<std::size_t>(first_line.size(), 4096)) { return "binary data, not text"; }
+  // Not UTF-8 (every event log is): a well-formed sequence has a lead byte and its continuations.
+  for (std::size_t i = 0; i < first_line.size() && i < 4096;) {
+    const auto byte = static_cast<unsigned char>(first_line[i]);
+    const std::size_t length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xe ? 3 : (byte >> 3) == 0x1e ? 4 : 0;
+    if (length == 0 || i + length > first_line.size()) { return "binary data, not UTF-8 text"; }
+    for (std::size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(first_line[i + k]) >> 6) != 0x2) { return "binary data, not UTF-8 text"; }
+    }
+    i += length;
+  }
+  const std::size_t start = first_line.find_first_not_of(" \t\r");
+  if (start != std::string::npos && (first_line[start] == '[' || first_line.find("\"traceEvents\"") != std::string::npos)) {
+    return "a Chrome trace (written by trace_file=; open it in Perfetto or chrome://tracing), not the event log "
+           "(jsonl_log=)";
+  }
+  return "";
+}
+
+// LOG.jsonl -> LOG.html, next to it.
+std::string default_output(const std::string& log) {
+  for (const char* suffix : {".jsonl", ".json", ".log"}) {
+    const std::size_t n = std::strlen(suffix);
+    if (log.size() > n && log.compare(log.size() - n, n, suffix) == 0 && log[log.size() - n - 1] != '/') {
+      return log.substr(0, log.size() - n) + ".html";
+    }
+  }
+  return log + ".html";
+}
+
 std::string base_name(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -181,7 +225,10 @@ int report_main(int argc, char** argv) {
     have_log = true;
   }
   if (!have_log) { return usage_error("missing LOG (the JSONL event log to read)"); }
-  if (!have_output) { return usage_error("missing -o OUTPUT (where to write the HTML page)"); }
+  if (!have_output) {
+    if (log_path == "-") { return usage_error("missing -o OUTPUT (needed when LOG is standard input)"); }
+    output = default_output(log_path);
+  }
 
   const bool from_stdin = log_path == "-";
   const std::string shown_path = from_stdin ? "<stdin>" : log_path;
@@ -201,6 +248,13 @@ int report_main(int argc, char** argv) {
     bool too_long = false;
     while (reader.next(line, terminated, too_long)) {
       ++number;
+      if (number == 1) {
+        if (const std::string other = what_else(line); !other.empty()) {
+          if (!from_stdin) { std::fclose(file); }
+          std::fprintf(stderr, "gpuguard report: '%s' is %s: nothing to report\n", shown_path.c_str(), other.c_str());
+          return 3;
+        }
+      }
       const std::string problem =
           too_long ? log.add_skipped_line(number, "line longer than " + detail::format_bytes(max_line_bytes))
                    : log.add_line(line, number, !terminated);
@@ -216,8 +270,14 @@ int report_main(int argc, char** argv) {
     }
   }
   if (reported > max_stderr_lines) {
-    std::fprintf(stderr, "gpuguard report: %s: %zu more lines skipped (not listed)\n", shown_path.c_str(),
-                 reported - max_stderr_lines);
+    std::fprintf(stderr, "gpuguard report: %s: %zu more lines skipped (not listed)\n",
+                 shown_path.c_str(), reported - max_stderr_lines);
+  }
+  if (log.events_used() == 0) {
+    std::fprintf(stderr, "gpuguard report: '%s' %s: nothing to report\n", shown_path.c_str(),
+                 number == 0 ? "is empty"
+                             : "has no gpuguard event (schema gpuguard.events, written by jsonl_log=; docs/formats.md)");
+    return 3;
   }
 
   if (!have_title) {

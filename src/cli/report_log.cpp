@@ -511,6 +511,7 @@ struct log_aggregate::state {
   std::string sites;   // serialised `sites` event, "" if none
   std::string leaks;   // serialised `leaks` event, "" if none
   std::string end;     // serialised `end` event, "" if none
+  std::string crash;   // serialised `crash` event, "" if none
   std::int64_t end_t = -1;
   std::int64_t end_dropped = 0;
 
@@ -533,6 +534,7 @@ struct log_aggregate::state {
   std::string on_sites(fields& f);
   std::string on_leaks(fields& f);
   std::string on_end(fields& f, std::int64_t t);
+  std::string on_crash(fields& f, std::int64_t t);
   void note_backend(fields& f) {
     std::optional<std::string> backend = f.optional_string("stack_backend");
     if (f.ok() && backend && !backend->empty()) { stack_backend = *backend; }
@@ -619,6 +621,7 @@ std::string log_aggregate::state::event(const std::string& type, fields& f, std:
   if (type == "sites") { return on_sites(f); }
   if (type == "leaks") { return on_leaks(f); }
   if (type == "end") { return on_end(f, t); }
+  if (type == "crash") { return on_crash(f, t); }
   return "unknown";
 }
 
@@ -850,6 +853,38 @@ std::string log_aggregate::state::on_leaks(fields& f) {
   return {};
 }
 
+// The crash line the handler writes (hooks.cpp): kept whole but for the raw frames, which only
+// the crash record's mappings can resolve (gpuguard symbolize).
+std::string log_aggregate::state::on_crash(fields& f, std::int64_t t) {
+  const std::string signal = f.string("signal");
+  const std::int64_t code = f.integer("code");
+  const std::string address = f.string("address");
+  const std::int64_t thread = f.count("thread");
+  const std::string crash_file = f.string("crash_file");
+  const json_array* list = f.array("devices");
+  if (!f.ok()) { return f.error(); }
+  json_out out;
+  out.begin_object().key("t").integer(t).key("signal").string(signal).key("code").integer(code)
+      .key("address").string(address).key("thread").integer(thread).key("crash_file").string(crash_file);
+  out.key("devices").begin_array();
+  std::size_t index = 0;
+  for (const json_value& item : *list) {
+    if (!item.is_object()) { return "\"devices[" + std::to_string(index) + "]\" must be an object"; }
+    fields d(item, "devices[" + std::to_string(index) + "].");
+    const std::int64_t id = d.device("device");
+    const std::int64_t live = d.count("live_bytes");
+    const std::int64_t count = d.count("live_count");
+    const std::int64_t peak = d.count("peak_bytes");
+    if (!d.ok()) { return d.error(); }
+    out.begin_object().key("device").integer(id).key("live_bytes").integer(live).key("live_count").integer(count)
+        .key("peak_bytes").integer(peak).end_object();
+    ++index;
+  }
+  out.end_array().end_object();
+  crash = out.take();
+  return {};
+}
+
 std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
   const std::string reason = f.string("reason");
   const std::int64_t dropped = f.count("dropped");
@@ -1045,6 +1080,7 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
   optional_raw("sites", s.sites);
   optional_raw("leaks", s.leaks);
   optional_raw("end", s.end);
+  optional_raw("crash", s.crash);
 
   out.key("skipped").begin_object().key("count").integer(static_cast<std::int64_t>(s.lines_skipped));
   out.key("lines").begin_array();

@@ -141,7 +141,15 @@
     if (!run.has_start) {
       banner('warn', 'The log has no usable start line: program, pid and start time are unknown.');
     }
-    if (run.has_start && !run.has_end) {
+    if (data.crash) {
+      var c = data.crash;
+      var live = c.devices.map(function (d) {
+        return (d.device < 0 ? 'host' : 'device ' + d.device) + ' ' + fmtBytes(d.live_bytes) + ' in ' + plural(d.live_count, 'allocation');
+      }).join(', ');
+      banner('error', 'The process crashed: ' + c.signal + ' (code ' + c.code + ', address ' + c.address + ') in thread ' +
+             c.thread + ' at ' + fmtDur(c.t) + (live ? '; live then: ' + live : '') +
+             (c.crash_file ? '. Resolve its frames with: gpuguard symbolize ' + c.crash_file : '') + '.');
+    } else if (run.has_start && !run.has_end) {
       banner('error', 'No end line: the process did not exit through a path gpuguard saw (a crash, a kill, ' +
              '_exit, or it is still running). Leaks and allocation sites are written at exit, so they may be missing.');
     }

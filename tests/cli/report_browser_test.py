@@ -271,13 +271,13 @@ class browser_test(unittest.TestCase):
         svg = dom.by_id("timeline-device-0")
         self.assertEqual(len(svg.find_all("rect", "op-band")), 2)
 
-    def test_empty_log_says_there_is_nothing_to_draw(self):
-        page = self.render("empty.jsonl")
+    def test_a_log_without_samples_says_there_is_nothing_to_draw(self):
+        # (An empty log gets no page at all: gpuguard report exits 3.)
+        page = self.render("start_only.jsonl")
         dom = parse_dom(chromium("--dump-dom", "file://" + page))
         self.assertEqual(dom.find_all("body")[0].attrs.get("data-rendered"), "true")
         self.assertIsNotNone(dom.by_id("no-memory"))
         self.assertEqual(dom.find_all("svg"), [])
-        self.assertIn("The log is empty", dom.by_id("banners").all_text())
 
 
 if __name__ == "__main__":

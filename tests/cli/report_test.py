@@ -9,6 +9,8 @@ import datetime
 import html
 import json
 import os
+import shutil
+import random
 import re
 import subprocess
 import sys
@@ -233,7 +235,9 @@ class report_test(unittest.TestCase):
         out = self.path("out.html")
         r = run(log, "-o", out)
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(len(r.stderr.decode().splitlines()), 120)
+        err = r.stderr.decode().splitlines()
+        self.assertEqual(len(err), 21, err)  # the first 20, then how many more
+        self.assertIn("100 more lines skipped (not listed)", err[-1])
         with open(out, encoding="utf-8") as f:
             data = embedded_data(f.read())
         self.assertEqual(data["skipped"]["count"], 120)
@@ -241,14 +245,56 @@ class report_test(unittest.TestCase):
 
     # ---- small logs ----------------------------------------------------------------------------
 
-    def test_empty_log(self):
-        r, page, data = self.render(os.path.join(DATA, "empty.jsonl"))
-        self.assertIn("0 lines read, 0 events used, 0 lines skipped", r.stdout.decode())
-        self.assertEqual(r.stderr.decode(), "")
-        self.assertEqual(data["source"]["lines_read"], 0)
-        self.assertEqual((data["devices"], data["ops"], data["op_summary"]), ([], [], []))
-        self.assertFalse(data["run"]["has_start"])
-        self.assertIn("<title>gpuguard report: empty.jsonl</title>", page)
+    def test_files_that_are_no_event_log_exit_3_in_one_line(self):
+        trace = self.path("trace.json")
+        with open(trace, "w") as f:
+            f.write('[\n{"name":"forward","ph":"X","ts":1,"dur":2,"pid":1,"tid":1},\n' * 3)
+        noise = self.path("noise.jsonl")
+        with open(noise, "wb") as f:
+            f.write(bytes(random.Random(7).randrange(256) for _ in range(20000)))
+        other = self.path("other.jsonl")
+        with open(other, "w") as f:
+            f.write('{"hello": 1}\n{"v": 1, "type": "op"}\n')
+        cases = [
+            (os.path.join(DATA, "empty.jsonl"), "is empty"),
+            (trace, "is a Chrome trace (written by trace_file="),
+            (noise, "binary data"),
+            (other, "has no gpuguard event (schema gpuguard.events"),
+        ]
+        for log, message in cases:
+            out = self.path("page.html")
+            r = run(log, "-o", out)
+            err = r.stderr.decode()
+            self.assertEqual(r.returncode, 3, (log, err))
+            self.assertIn(message, err.splitlines()[-1])
+            self.assertLessEqual(len(err.splitlines()), 3, err)
+            self.assertFalse(os.path.exists(out), log)
+
+    def test_a_crash_line_reaches_the_page(self):
+        log = self.path("crashed.jsonl")
+        with open(log, "w") as f:
+            f.write('{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":9,"program":"/bin/train","unix_ns":0}\n')
+            f.write('{"v":1,"type":"crash","t":5000000,"signal":"SIGSEGV","code":1,"address":"0x10","thread":77,'
+                    '"crash_file":"/tmp/c.json","devices":[{"device":0,"live_bytes":1048576,"live_count":2,'
+                    '"peak_bytes":2097152}],"sites":[{"site":3,"device":0,"bytes":1048576,"count":2}],'
+                    '"frames":["0x401000","0x402000"]}\n')
+        out = self.path("crashed.html")
+        r = run(log, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        with open(out, encoding="utf-8") as f:
+            data = embedded_data(f.read())
+        self.assertEqual(data["crash"]["signal"], "SIGSEGV")
+        self.assertEqual(data["crash"]["crash_file"], "/tmp/c.json")
+        self.assertEqual(data["crash"]["devices"], [{"device": 0, "live_bytes": 1048576, "live_count": 2, "peak_bytes": 2097152}])
+        self.assertEqual(data["source"]["lines_skipped"], 0)
+
+    def test_default_output_is_next_to_the_log(self):
+        log = self.path("run.jsonl")
+        shutil.copy(os.path.join(DATA, "start_only.jsonl"), log)
+        r = run(log)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertTrue(os.path.exists(self.path("run.html")))
+        self.assertIn("wrote " + self.path("run.html"), r.stdout.decode())
 
     def test_start_only(self):
         r, page, data = self.render(os.path.join(DATA, "start_only.jsonl"))
@@ -367,7 +413,7 @@ class report_test(unittest.TestCase):
             r = run(flag)
             self.assertEqual(r.returncode, 0)
             text = r.stdout.decode()
-            self.assertTrue(text.startswith("usage: gpuguard report LOG.jsonl -o OUTPUT.html [--title TEXT]\n"))
+            self.assertTrue(text.startswith("usage: gpuguard report LOG.jsonl [-o OUTPUT.html] [--title TEXT]\n"))
             for part in ("The page shows:", "exit status:", "  2  usage error", "gpuguard report: LOG:LINE: why"):
                 self.assertIn(part, text)
         r = subprocess.run([GPUGUARD, "--help"], capture_output=True, timeout=60)
@@ -378,7 +424,7 @@ class report_test(unittest.TestCase):
         out = self.path("report.html")
         cases = [
             ([], "missing LOG"),
-            ([log], "missing -o OUTPUT"),
+            (["-"], "missing -o OUTPUT (needed when LOG is standard input)"),
             ([log, "-o"], "option '-o' needs a value"),
             ([log, "--output"], "option '--output' needs a value"),
             ([log, "-o", out, "--bogus"], "unknown option '--bogus'"),

@@ -146,6 +146,23 @@ def crash_record(run, sig):
     check(any(CHILD_NAME in m for m in record["mappings"]), "%s: executable mappings" % run.what, record["mappings"][:3])
     check("[gpuguard] CRASH: %s" % signal.Signals(sig).name in run.stderr, "%s: the record is on stderr too" % run.what,
           run.stderr[-2000:])
+    check("crash record written to %s; resolve its frames with: gpuguard symbolize %s" % (run.crash, run.crash)
+          in run.stderr, "%s: the hint names the record's path" % run.what, run.stderr[-2000:])
+    # The event log has the crash, written by the handler itself (the writer thread may still flush
+    # earlier events after it while a hung handler keeps the process alive: order is by "t").
+    try:
+        with open(run.log) as f:
+            events = [json.loads(line) for line in f]
+    except (OSError, ValueError) as error:
+        events = []
+        failures.append("%s: the event log is unreadable: %s" % (run.what, error))
+    crashes = [e for e in events if e.get("type") == "crash"]
+    last = crashes[0] if len(crashes) == 1 else {}
+    check(last.get("type") == "crash" and last.get("signal") == signal.Signals(sig).name and
+          last.get("crash_file") == run.crash and last.get("frames") and
+          any(d["device"] == -1 and d["live_bytes"] == 3 * MIB for d in last.get("devices", [])),
+          "%s: the event log has one crash line, with what was live" % run.what, crashes or events[-2:])
+    check(sum(1 for e in events if e.get("type") == "end") == 0, "%s: no end line after a crash" % run.what)
     return record
 
 

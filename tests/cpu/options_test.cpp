@@ -1,6 +1,7 @@
 // GPUGUARD_OPTIONS parsing: every key, every kind of bad input and its exact message, and what
 // process_options() does in a real process (child processes, so the parent's once-only state is
 // never touched).
+#include <algorithm>
 #include <gpuguard/options.hpp>
 
 #include <gtest/gtest.h>
@@ -523,6 +524,24 @@ TEST(process_options, one_line_per_error) {
             "gpuguard: GPUGUARD_OPTIONS: item 'a' has no '='; ignored\n"
             "gpuguard: GPUGUARD_OPTIONS: bad value '0' for key 'stack_depth': expected an integer in 1..64; ignored\n"
             "gpuguard: GPUGUARD_OPTIONS: unknown key 'st\\xc3\\xa4cks' (value '\\x01'); ignored\n");
+}
+
+TEST(process_options, errors_are_capped_in_count_and_length) {
+  // 10,000 bad items: ten lines and a count. A 100 KB bad value: its first 80 bytes and its length.
+  std::string many;
+  for (int i = 0; i < 10000; ++i) { many += "junk" + std::to_string(i) + ":"; }
+  many += "stacks=all";
+  const child_result r = run_process_options(many.c_str());
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0);
+  EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 11) << r.stderr_text.substr(0, 2000);
+  EXPECT_NE(r.stderr_text.find("GPUGUARD_OPTIONS: 9990 more bad items, not shown (each was ignored)\n"), std::string::npos);
+  EXPECT_EQ(r.stacks, "all");
+
+  const std::string huge = "stacks=" + std::string(100000, 'x');
+  const child_result big = run_process_options(huge.c_str());
+  EXPECT_EQ(big.stderr_text, "gpuguard: GPUGUARD_OPTIONS: bad value '" + std::string(80, 'x') +
+                                 "'... (100000 bytes) for key 'stacks': expected one of off, sampled, all; ignored\n");
 }
 
 TEST(process_options, strict_with_an_error_exits_with_status_2) {
