@@ -345,6 +345,7 @@ class report_test(unittest.TestCase):
         schema = "gpuguard.events\ngpuguard report: forged.jsonl:9: \x1b[31mforged"
         with open(log, "w", encoding="utf-8") as f:
             f.write(json.dumps(dict(v=1, type="start", t=0, schema=schema, pid=1, program="p", unix_ns=0)) + "\n")
+            f.write(json.dumps(dict(v=1, type="start", t=0, schema="gpuguard.events", pid=1, program="p", unix_ns=0)) + "\n")
         r, _, data = self.render(log)
         self.assertEqual(r.stderr.decode().splitlines(),
                          ["gpuguard report: %s:1: start: schema is %s, not \"gpuguard.events\"" % (log, json.dumps(schema))])
