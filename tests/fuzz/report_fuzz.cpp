@@ -32,7 +32,7 @@ const std::vector<std::string> dictionary = {
     "\"v\":1", "\"v\":2", "\"type\":", "\"t\":", "\"device\":", "\"thread\":", "\"depth\":", "\"dur\":",
     "\"name\":", "\"sites\":[", "\"frames\":[", "\"devices\":[", "\"schema\":\"gpuguard.events\"",
     "\"start\"", "\"device\"", "\"thread\"", "\"mem\"", "\"op\"", "\"alert\"", "\"dropped\"", "\"sites\"",
-    "\"leaks\"", "\"end\"", "\"live_bytes\":", "\"peak_bytes\":", "\"used_bytes\":", "\"total_bytes\":",
+    "\"leaks\"", "\"end\"", "\"crash\"", "\"live_bytes\":", "\"peak_bytes\":", "\"used_bytes\":", "\"total_bytes\":",
     "\"exception\":true", "\"count\":", "\"total\":", "\xc3\xa4", "\xff", "\xed\xa0\x80"};
 
 // Whole lines the mutations insert: every event type, with edge values.
@@ -50,6 +50,8 @@ const std::vector<std::string> extra_lines = {
     R"({"v":1,"type":"end","t":7,"reason":"exit","dropped":0,"devices":[],"misuse":{"unknown_pointer":0,"double_free":0,"wrong_size":0,"wrong_device":0}})",
     R"({"v":1,"type":"start","t":0,"schema":"gpuguard.events\n\u001b[31mforged","pid":1,"program":"p","unix_ns":0})",
     R"({"v":1,"type":"gpu_temperature","t":1,"celsius":70})",
+    R"({"v":1,"type":"crash","t":5,"signal":"</script>","code":-9223372036854775808,"address":"
+","thread":77,"crash_file":"]0;x","devices":[{"device":-1,"live_bytes":1,"live_count":2,"peak_bytes":3}],"sites":[],"frames":["0x1"]})",
     R"({"v":1,"type":"op","t":1,"name":"deep","thread":1,"depth":0,"dur":1,"alloc_bytes":0,"free_bytes":0,"net_bytes":0,"peak_bytes":0,"allocs":0,"frees":0,"exception":false,"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})"};
 
 std::vector<std::string> split_lines(const std::string& text, bool& last_unterminated) {
