@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what one use of gpuguard needs, and only that, when it is missing. Says what it installs.
-# usage: scripts/deps.sh demo|test|lint
+# usage: scripts/deps.sh demo|test|sanitize|lint
 #   demo  the build tools and Boost.Stacktrace's headers: what scripts/demo.sh needs (Debian)
 #   test  the demo's, plus GoogleTest, Google Benchmark, headless chromium for the report's browser
 #         test (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (3.9 GB
 #         installed, with the CUDA libraries it pulls in) for the LibTorch adapter and the Python process tests
+#   sanitize  what scripts/sanitize.sh builds and runs: the demo's, GoogleTest, and jsonschema and
+#         prometheus-client (g++ brings the sanitizers' runtimes)
 #   lint  clang-tidy (Debian)
 # The CUDA toolkit (nvcc) is not a Debian package here: it must already be on the machine.
 set -euo pipefail
@@ -17,8 +19,10 @@ case "$profile" in
         # back to structural checks without them, and say so); torch (the GPU machine's version)
         # builds the LibTorch adapter and runs the real PyTorch DataLoader job of cli.run.torch.
         modules=(jsonschema:jsonschema prometheus_client:prometheus-client torch:torch==2.11.0) ;;
+  sanitize) packages=("${base[@]}" libgtest-dev libgmock-dev)
+            modules=(jsonschema:jsonschema prometheus_client:prometheus-client) ;;
   lint) packages=(clang-tidy); modules=() ;;
-  *) echo "usage: scripts/deps.sh demo|test|lint" >&2; exit 2 ;;
+  *) echo "usage: scripts/deps.sh demo|test|sanitize|lint" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -6,6 +6,7 @@
 #include <gpuguard/cleanup.hpp>
 
 #include "exit_paths.hpp"
+#include "kept_for_process.hpp"
 
 #include <algorithm>
 #include <array>
@@ -136,6 +137,7 @@ bool take_ordinary(entry& out, int at_least) {
 void forget_parent_cleanups_in_forked_child() noexcept {
   registry& r = cleanups();
   new (&r.mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above
+  detail::kept_for_process(r.entries.data());  // the parent's entries: never destroyed here
   new (&r.entries) std::vector<entry>();  // NOLINT(cppcoreguidelines-owning-memory): the old buffer is left alone
   for (safe_slot& slot : safe_table) { slot.state.store(slot_free, std::memory_order_relaxed); }
   new (&running().mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): see above

@@ -12,6 +12,7 @@
 
 #include "exit_paths.hpp"
 #include "format.hpp"
+#include "kept_for_process.hpp"
 #include "ledger_internal.hpp"
 #include "quiet_thread.hpp"
 #include "stacks.hpp"
@@ -30,6 +31,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -514,7 +516,7 @@ void hooks_off_in_forked_child() noexcept {
     if (installed_for[static_cast<std::size_t>(sig)].exchange(false)) { restore_previous(sig); }
   }
   new (&hooks().mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory): a lock held at the fork stays held
-  hooks().watcher = nullptr;
+  detail::kept_for_process(std::exchange(hooks().watcher, nullptr));  // the parent's thread object
   hooks().installed = false;
 }
 

@@ -6,6 +6,7 @@
 // enclosing scope's peak still covers what happened inside.
 #include <gpuguard/op_scope.hpp>
 
+#include "kept_for_process.hpp"
 #include "ledger_internal.hpp"
 #include "outputs_internal.hpp"
 
@@ -71,6 +72,7 @@ void set_framework_probe(framework_probe probe, const char* name) noexcept {
   if (probe != nullptr) {
     slot = new (std::nothrow) probe_slot{probe, name != nullptr ? name : "framework"};  // NOLINT: kept for the process
     if (slot == nullptr) { return; }
+    detail::kept_for_process(slot);  // replaced later, it is still never freed
   }
   installed_probe.store(slot, std::memory_order_release);
 }

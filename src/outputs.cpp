@@ -12,6 +12,7 @@
 #include "event_queue.hpp"
 #include "exit_paths.hpp"
 #include "format.hpp"
+#include "kept_for_process.hpp"
 #include "ledger_internal.hpp"
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"
@@ -30,6 +31,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -489,8 +491,10 @@ void outputs_off_in_forked_child() noexcept {
   new (&st.callback_mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
   st.queue.store(nullptr, std::memory_order_relaxed);
   st.flags.store(0, std::memory_order_relaxed);
-  st.writer = nullptr;  // the parent's thread object; not ours to join or destroy
-  for (auto& s : st.sinks) { static_cast<void>(s.release()); }  // their buffers are the parent's
+  // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
+  // the parent's: kept, never freed.
+  detail::kept_for_process(std::exchange(st.writer, nullptr));
+  for (auto& s : st.sinks) { detail::kept_for_process(s.release()); }
   st.sinks.clear();
   detail::thread_state& thread = detail::this_thread_state();  // the child's only thread
   thread.tid = 0;

@@ -105,6 +105,25 @@ bool under_prefix(std::string_view target, std::string_view prefix) noexcept {
   return !prefix.empty() && target.size() >= prefix.size() && target.compare(0, prefix.size(), prefix) == 0;
 }
 
+std::vector<std::string_view> mapped_paths_under(std::string_view maps, std::string_view prefix) {
+  std::vector<std::string_view> paths;
+  while (!maps.empty()) {
+    const std::size_t newline = maps.find('\n');
+    const std::string_view line = maps.substr(0, newline);
+    maps = newline == std::string_view::npos ? std::string_view() : maps.substr(newline + 1);
+    // address perms offset dev inode [path]: the path starts after the fifth field.
+    std::size_t i = 0;
+    for (int field = 0; field < 5 && i < line.size(); ++field) {
+      while (i < line.size() && line[i] == ' ') { ++i; }
+      while (i < line.size() && line[i] != ' ') { ++i; }
+    }
+    while (i < line.size() && line[i] == ' ') { ++i; }
+    const std::string_view path = line.substr(std::min(i, line.size()));
+    if (!path.empty() && under_prefix(path, prefix)) { paths.push_back(path); }
+  }
+  return paths;
+}
+
 device_scan scan_device_files(const std::string& dir, std::string_view prefix) {
   device_scan scan;
   const std::string fd_dir = dir + "/fd";
@@ -118,21 +137,7 @@ device_scan scan_device_files(const std::string& dir, std::string_view prefix) {
     scan.error = errno;
   }
   if (const std::optional<std::string> text = read_small_file(dir + "/maps", max_maps_bytes)) {
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      const std::size_t newline = rest.find('\n');
-      const std::string_view line = rest.substr(0, newline);
-      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
-      // address perms offset dev inode [path]: the path starts after the fifth field.
-      std::size_t i = 0;
-      for (int field = 0; field < 5 && i < line.size(); ++field) {
-        while (i < line.size() && line[i] == ' ') { ++i; }
-        while (i < line.size() && line[i] != ' ') { ++i; }
-      }
-      while (i < line.size() && line[i] == ' ') { ++i; }
-      const std::string_view path = line.substr(std::min(i, line.size()));
-      if (!path.empty() && under_prefix(path, prefix)) { ++use_of(scan.uses, path).mappings; }
-    }
+    for (const std::string_view path : mapped_paths_under(*text, prefix)) { ++use_of(scan.uses, path).mappings; }
   }
   std::sort(scan.uses.begin(), scan.uses.end(),
             [](const device_use& a, const device_use& b) { return a.path < b.path; });
@@ -179,31 +184,10 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
   if (info.command.empty()) { info.command = "[" + info.stat.comm + "]"; }
 
   if (const std::optional<std::string> status = read_small_file(dir + "/status", 65536)) {
-    std::string_view rest = *status;
-    while (!rest.empty()) {
-      const std::size_t newline = rest.find('\n');
-      const std::string_view line = rest.substr(0, newline);
-      rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
-      const std::size_t colon = line.find(':');
-      if (colon == std::string_view::npos) { continue; }
-      const std::string_view key = line.substr(0, colon);
-      const std::vector<std::string_view> values = split_fields(line.substr(colon + 1));
-      if (key == "Uid" && !values.empty()) {
-        std::uint32_t uid = 0;
-        if (parse_number(values[0], uid)) { info.uid = uid; }
-      } else if (key == "SigIgn" && values.size() == 1) {
-        // A hexadecimal mask: bit N-1 is signal N; SIGHUP is 1.
-        std::uint64_t mask = 0;
-        const auto [end, ec] =
-            std::from_chars(values[0].data(), values[0].data() + values[0].size(), mask, 16);
-        if (ec == std::errc() && end == values[0].data() + values[0].size()) { info.sighup_ignored = (mask & 1U) != 0; }
-      } else if (key == "NSpid") {
-        for (const std::string_view v : values) {
-          int n = 0;
-          if (parse_number(v, n)) { info.ns_pids.push_back(n); }
-        }
-      }
-    }
+    proc_status parsed = parse_proc_status(*status);
+    info.uid = parsed.uid;
+    info.sighup_ignored = parsed.sighup_ignored;
+    info.ns_pids = std::move(parsed.ns_pids);
   }
   if (info.ns_pids.empty()) { info.ns_pids.push_back(pid); }
 
@@ -217,18 +201,48 @@ process_info read_process(const std::string& proc_root, int pid, const std::stri
   return info;
 }
 
-std::string read_cgroup(const std::string& proc_root, int pid) {
-  const std::optional<std::string> text = read_small_file(proc_root + "/" + std::to_string(pid) + "/cgroup", 65536);
-  if (!text) { return {}; }
-  std::string_view rest = *text;
-  while (!rest.empty()) {
-    const std::size_t newline = rest.find('\n');
-    const std::string_view line = rest.substr(0, newline);
-    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+proc_status parse_proc_status(std::string_view text) {
+  proc_status out;
+  while (!text.empty()) {
+    const std::size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) { continue; }
+    const std::string_view key = line.substr(0, colon);
+    const std::vector<std::string_view> values = split_fields(line.substr(colon + 1));
+    if (key == "Uid" && !values.empty()) {
+      std::uint32_t uid = 0;
+      if (parse_number(values[0], uid)) { out.uid = uid; }
+    } else if (key == "SigIgn" && values.size() == 1) {
+      // A hexadecimal mask: bit N-1 is signal N; SIGHUP is 1.
+      std::uint64_t mask = 0;
+      const auto [end, ec] = std::from_chars(values[0].data(), values[0].data() + values[0].size(), mask, 16);
+      if (ec == std::errc() && end == values[0].data() + values[0].size()) { out.sighup_ignored = (mask & 1U) != 0; }
+    } else if (key == "NSpid") {
+      for (const std::string_view v : values) {
+        int n = 0;
+        if (parse_number(v, n)) { out.ns_pids.push_back(n); }
+      }
+    }
+  }
+  return out;
+}
+
+std::string parse_cgroup_v2(std::string_view text) {
+  while (!text.empty()) {
+    const std::size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
     // cgroup v2's line is "0::PATH" (on a hybrid mount, beside the v1 hierarchies' lines).
     if (line.size() > 3 && line.substr(0, 3) == "0::") { return std::string(line.substr(3)); }
   }
   return {};
+}
+
+std::string read_cgroup(const std::string& proc_root, int pid) {
+  const std::optional<std::string> text = read_small_file(proc_root + "/" + std::to_string(pid) + "/cgroup", 65536);
+  return text ? parse_cgroup_v2(*text) : std::string();
 }
 
 bool is_multiprocessing_child(std::string_view command) noexcept {

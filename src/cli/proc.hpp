@@ -31,6 +31,24 @@ using detail::proc_stat;
 using detail::process_table;
 using detail::read_stat;
 
+/// What the commands read from the text of /proc/PID/status.
+struct proc_status {
+  std::optional<std::uint32_t> uid;   ///< the real UID (first field of the last "Uid:" line)
+  std::optional<bool> sighup_ignored; ///< SIGHUP is in the "SigIgn:" mask
+  std::vector<int> ns_pids;           ///< "NSpid:": this namespace's PID first, then nested ones'
+};
+
+/// Parses the text of /proc/PID/status; fields it cannot read are left unknown. Never throws for
+/// bad input.
+proc_status parse_proc_status(std::string_view text);
+
+/// The cgroup v2 path in the text of /proc/PID/cgroup (its "0::" line); "" when there is none.
+std::string parse_cgroup_v2(std::string_view text);
+
+/// The paths under `prefix` that the text of /proc/PID/maps maps, one per mapping, in order (a
+/// path is what follows the fifth field, " (deleted)" included).
+std::vector<std::string_view> mapped_paths_under(std::string_view maps, std::string_view prefix);
+
 /// "running", "sleeping", "disk sleep", "stopped", "tracing stop", "zombie", "dead", "idle", ...
 const char* state_name(char state) noexcept;
 

@@ -632,7 +632,8 @@ std::string log_aggregate::state::on_start(fields& f, std::size_t number) {
   const std::int64_t new_unix_ns = f.count("unix_ns");
   note_backend(f);
   if (!f.ok()) { return f.error(); }
-  if (schema != "gpuguard.events") { return "schema is \"" + schema + "\", not \"gpuguard.events\""; }
+  // Quoted as JSON: the log's own text must not add lines (or terminal escapes) to stderr.
+  if (schema != "gpuguard.events") { return "schema is " + detail::json_string(schema) + ", not \"gpuguard.events\""; }
   if (start_line != 0) { return "a second start line (the first is line " + std::to_string(start_line) + ")"; }
   start_line = number;
   pid = new_pid;

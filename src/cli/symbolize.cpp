@@ -4,6 +4,7 @@
 // addr2line in one call.
 #include "commands.hpp"
 #include "json.hpp"
+#include "symbolize.hpp"
 
 #include <cerrno>
 #include <cinttypes>
@@ -34,21 +35,6 @@ constexpr const char* usage =
     "\n"
     "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n";
 
-struct mapping {
-  std::uint64_t start = 0;
-  std::uint64_t end = 0;
-  std::uint64_t offset = 0;
-  std::string path;
-};
-
-struct frame {
-  std::uint64_t address = 0;
-  std::string module;
-  std::uint64_t module_address = 0;  // what addr2line is given
-  std::string function;
-  std::string location;
-};
-
 bool parse_hex(std::string_view text, std::uint64_t& out) {
   if (text.substr(0, 2) == "0x") { text.remove_prefix(2); }
   if (text.empty() || text.size() > 16) { return false; }
@@ -66,7 +52,7 @@ bool parse_hex(std::string_view text, std::uint64_t& out) {
 }
 
 // "start-end perms offset dev inode path"
-bool parse_mapping(const std::string& line, mapping& out) {
+bool parse_mapping(const std::string& line, crash_mapping& out) {
   std::istringstream in(line);
   std::string range;
   std::string perms;
@@ -76,9 +62,10 @@ bool parse_mapping(const std::string& line, mapping& out) {
   if (!(in >> range >> perms >> offset >> device >> inode)) { return false; }
   std::getline(in >> std::ws, out.path);
   const std::size_t dash = range.find('-');
+  // No file's path holds a NUL: one that does is damage, and would cut the addr2line command short.
   return dash != std::string::npos && parse_hex(range.substr(0, dash), out.start) &&
          parse_hex(range.substr(dash + 1), out.end) && parse_hex(offset, out.offset) &&
-         !out.path.empty() && out.path[0] == '/';
+         !out.path.empty() && out.path[0] == '/' && out.path.find('\0') == std::string::npos;
 }
 
 std::string shell_quote(const std::string& text) {
@@ -87,111 +74,172 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
-// Runs addr2line once for the frames of one module; fills function and location (the outermost
-// of an inlined chain is the real function, so the last pair per address wins).
-void resolve_module(const std::string& addr2line, const std::string& module, std::vector<frame*>& frames) {
+// Runs addr2line once for the frames of one module and fills in their function and location.
+void resolve_module(const std::string& addr2line, const std::string& module, const std::vector<crash_frame*>& frames) {
+  std::FILE* pipe = ::popen(addr2line_command(addr2line, module, frames).c_str(), "r");
+  if (pipe == nullptr) { return; }
+  std::string output;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) { output.append(buffer, n); }
+  ::pclose(pipe);
+  read_addr2line_output(output, frames);
+}
+
+// Appends `text` with control characters as \xNN: a record's strings cannot start a line of their
+// own (or send a terminal escape) in what symbolize prints.
+void append_printable(std::string& out, std::string_view text) {
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+}
+
+const json_value* member(const json_value& object, std::string_view name, json_value::kind kind) {
+  const json_value* value = object.find(name);
+  return value != nullptr && value->type() == kind ? value : nullptr;
+}
+
+}  // namespace
+
+std::optional<crash_record> read_crash_record(std::string_view line, std::string* why) {
+  json_error error;
+  const std::optional<json_value> parsed = parse_json(line, &error);
+  const json_value* schema = parsed ? member(*parsed, "schema", json_value::kind::string) : nullptr;
+  if (schema == nullptr || schema->as_string() != "gpuguard.crash") {
+    if (why != nullptr) { *why = parsed ? "not a gpuguard crash record" : "not a gpuguard crash record: " + error.message; }
+    return std::nullopt;
+  }
+  const json_value& record = *parsed;
+  crash_record out;
+  const json_value* signal_name = member(record, "signal_name", json_value::kind::string);
+  const json_value* thread = member(record, "thread", json_value::kind::integer);
+  const json_value* pid = member(record, "pid", json_value::kind::integer);
+  const json_value* address = member(record, "address", json_value::kind::string);
+  out.signal_name = signal_name != nullptr ? signal_name->as_string() : "signal";
+  out.thread = thread != nullptr ? thread->as_integer() : 0;
+  out.pid = pid != nullptr ? pid->as_integer() : 0;
+  out.address = address != nullptr ? address->as_string() : "?";
+
+  if (const json_value* m = member(record, "mappings", json_value::kind::array)) {
+    for (const json_value& text : m->as_array()) {
+      crash_mapping parsed_mapping;
+      if (text.is_string() && parse_mapping(text.as_string(), parsed_mapping)) {
+        out.mappings.push_back(std::move(parsed_mapping));
+      }
+    }
+  }
+  if (const json_value* f = member(record, "frames", json_value::kind::array)) {
+    for (const json_value& value : f->as_array()) {
+      crash_frame parsed_frame;
+      if (!value.is_string() || !parse_hex(value.as_string(), parsed_frame.address) || parsed_frame.address == 0) {
+        continue;
+      }
+      out.frames.push_back(std::move(parsed_frame));
+    }
+  }
+  for (std::size_t i = 0; i < out.frames.size(); ++i) {
+    crash_frame& frame = out.frames[i];
+    // The first frame is the faulting instruction; the others are return addresses, which point
+    // after their call: look up the call itself.
+    const std::uint64_t lookup = i == 0 ? frame.address : frame.address - 1;
+    for (const crash_mapping& m : out.mappings) {
+      if (lookup >= m.start && lookup < m.end) {
+        frame.module = m.path;
+        frame.module_address = lookup - m.start + m.offset;
+        break;
+      }
+    }
+  }
+  if (const json_value* devices = member(record, "devices", json_value::kind::array)) {
+    for (const json_value& d : devices->as_array()) {
+      const json_value* device = member(d, "device", json_value::kind::integer);
+      const json_value* bytes = member(d, "live_bytes", json_value::kind::integer);
+      const json_value* count = member(d, "live_count", json_value::kind::integer);
+      if (device == nullptr || bytes == nullptr || count == nullptr) { continue; }
+      out.devices.push_back(crash_device{device->as_integer(), bytes->as_integer(), count->as_integer()});
+    }
+  }
+  return out;
+}
+
+std::string addr2line_command(const std::string& addr2line, const std::string& module,
+                              const std::vector<crash_frame*>& frames) {
   std::string command = shell_quote(addr2line) + " -a -f -C -e " + shell_quote(module);
-  for (const frame* f : frames) {
+  for (const crash_frame* f : frames) {
     char hex[32];
     std::snprintf(hex, sizeof hex, " 0x%" PRIx64, f->module_address);
     command += hex;
   }
-  command += " 2>/dev/null";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) { return; }
-  char buffer[4096];
+  return command + " 2>/dev/null";
+}
+
+void read_addr2line_output(std::string_view output, const std::vector<crash_frame*>& frames) {
   std::size_t next = 0;
-  frame* current = nullptr;
+  crash_frame* current = nullptr;
   bool want_function = true;
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
-    std::string line(buffer);
-    line.erase(line.find_last_not_of("\r\n") + 1);
-    if (line.compare(0, 2, "0x") == 0) {
+  while (!output.empty()) {
+    const std::size_t newline = output.find('\n');
+    std::string_view line = output.substr(0, newline);
+    output = newline == std::string_view::npos ? std::string_view() : output.substr(newline + 1);
+    while (!line.empty() && line.back() == '\r') { line.remove_suffix(1); }
+    if (line.substr(0, 2) == "0x") {
       current = next < frames.size() ? frames[next++] : nullptr;
       want_function = true;
       continue;
     }
     if (current == nullptr) { continue; }
     if (want_function) {
-      if (line != "??") { current->function = line; }
-    } else if (line.compare(0, 2, "??") != 0) {
-      current->location = line;
+      if (line != "??") { current->function = std::string(line); }
+    } else if (line.substr(0, 2) != "??") {
+      current->location = std::string(line);
     }
     want_function = !want_function;
   }
-  ::pclose(pipe);
 }
 
-int symbolize_record(const json_value& record, const std::string& addr2line) {
-  const json_value* signal_name = record.find("signal_name");
-  const json_value* thread = record.find("thread");
-  const json_value* address = record.find("address");
-  const json_value* pid = record.find("pid");
-  std::printf("%s in thread %lld of process %lld, fault address %s\n",
-              signal_name != nullptr && signal_name->is_string() ? signal_name->as_string().c_str() : "signal",
-              thread != nullptr && thread->is_integer() ? static_cast<long long>(thread->as_integer()) : 0LL,
-              pid != nullptr && pid->is_integer() ? static_cast<long long>(pid->as_integer()) : 0LL,
-              address != nullptr && address->is_string() ? address->as_string().c_str() : "?");
-
-  std::vector<mapping> mappings;
-  if (const json_value* m = record.find("mappings"); m != nullptr && m->is_array()) {
-    for (const json_value& line : m->as_array()) {
-      mapping parsed;
-      if (line.is_string() && parse_mapping(line.as_string(), parsed)) { mappings.push_back(parsed); }
+std::string format_crash_record(const crash_record& record) {
+  std::string out;
+  char number[64];
+  append_printable(out, record.signal_name);
+  std::snprintf(number, sizeof number, " in thread %lld of process %lld", static_cast<long long>(record.thread),
+                static_cast<long long>(record.pid));
+  out += number;
+  out += ", fault address ";
+  append_printable(out, record.address);
+  out += "\nframes:\n";
+  for (std::size_t i = 0; i < record.frames.size(); ++i) {
+    const crash_frame& f = record.frames[i];
+    std::snprintf(number, sizeof number, "  #%zu 0x%" PRIx64 " ", i, f.address);
+    out += number;
+    append_printable(out, f.function.empty() ? "??" : f.function);
+    if (!f.location.empty()) {
+      out += " at ";
+      append_printable(out, f.location);
     }
-  }
-  std::vector<frame> frames;
-  if (const json_value* f = record.find("frames"); f != nullptr && f->is_array()) {
-    for (const json_value& value : f->as_array()) {
-      frame parsed;
-      if (!value.is_string() || !parse_hex(value.as_string(), parsed.address) || parsed.address == 0) { continue; }
-      frames.push_back(parsed);
-    }
-  }
-  std::map<std::string, std::vector<frame*>> by_module;
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    frame& f = frames[i];
-    // The first frame is the faulting instruction; the others are return addresses, which point
-    // after their call: look up the call itself.
-    const std::uint64_t lookup = i == 0 ? f.address : f.address - 1;
-    for (const mapping& m : mappings) {
-      if (lookup >= m.start && lookup < m.end) {
-        f.module = m.path;
-        f.module_address = lookup - m.start + m.offset;
-        by_module[m.path].push_back(&f);
-        break;
-      }
-    }
-  }
-  for (auto& [module, module_frames] : by_module) { resolve_module(addr2line, module, module_frames); }
-
-  std::printf("frames:\n");
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    const frame& f = frames[i];
-    std::printf("  #%zu 0x%" PRIx64 " %s", i, f.address, f.function.empty() ? "??" : f.function.c_str());
-    if (!f.location.empty()) { std::printf(" at %s", f.location.c_str()); }
     if (!f.module.empty()) {
       const std::size_t slash = f.module.rfind('/');
-      std::printf(" (%s+0x%" PRIx64 ")", f.module.c_str() + (slash == std::string::npos ? 0 : slash + 1), f.module_address);
+      out += " (";
+      append_printable(out, std::string_view(f.module).substr(slash == std::string::npos ? 0 : slash + 1));
+      std::snprintf(number, sizeof number, "+0x%" PRIx64 ")", f.module_address);
+      out += number;
     }
-    std::printf("\n");
+    out += '\n';
   }
-  if (const json_value* devices = record.find("devices"); devices != nullptr && devices->is_array()) {
-    for (const json_value& d : devices->as_array()) {
-      const json_value* device = d.find("device");
-      const json_value* bytes = d.find("live_bytes");
-      const json_value* count = d.find("live_count");
-      if (device == nullptr || bytes == nullptr || count == nullptr || !device->is_integer() ||
-          !bytes->is_integer() || !count->is_integer()) { continue; }
-      std::printf("live on %s: %lld bytes in %lld allocations\n",
-                  device->as_integer() < 0 ? "host memory" : ("device " + std::to_string(device->as_integer())).c_str(),
-                  static_cast<long long>(bytes->as_integer()), static_cast<long long>(count->as_integer()));
-    }
+  for (const crash_device& d : record.devices) {
+    out += "live on " + (d.device < 0 ? std::string("host memory") : "device " + std::to_string(d.device));
+    std::snprintf(number, sizeof number, ": %lld bytes in %lld allocations\n", static_cast<long long>(d.live_bytes),
+                  static_cast<long long>(d.live_count));
+    out += number;
   }
-  return 0;
+  return out;
 }
-
-}  // namespace
 
 int symbolize_main(int argc, char** argv) {
   std::string path;
@@ -231,16 +279,20 @@ int symbolize_main(int argc, char** argv) {
   int records = 0;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty()) { continue; }
-    json_error error;
-    const std::optional<json_value> record = parse_json(line, &error);
-    const json_value* schema = record ? record->find("schema") : nullptr;
-    if (!record || schema == nullptr || !schema->is_string() || schema->as_string() != "gpuguard.crash") {
-      std::fprintf(stderr, "gpuguard symbolize: %s:%d: not a gpuguard crash record%s%s\n", path.c_str(), number,
-                   record ? "" : ": ", record ? "" : error.message.c_str());
+    std::string why;
+    std::optional<crash_record> record = read_crash_record(line, &why);
+    if (!record) {
+      std::fprintf(stderr, "gpuguard symbolize: %s:%d: %s\n", path.c_str(), number, why.c_str());
       continue;
     }
     if (records++ > 0) { std::printf("\n"); }
-    symbolize_record(*record, addr2line);
+    std::map<std::string, std::vector<crash_frame*>> by_module;
+    for (crash_frame& f : record->frames) {
+      if (!f.module.empty()) { by_module[f.module].push_back(&f); }
+    }
+    for (const auto& [module, module_frames] : by_module) { resolve_module(addr2line, module, module_frames); }
+    const std::string text = format_crash_record(*record);
+    std::fwrite(text.data(), 1, text.size(), stdout);
   }
   if (records == 0) {
     std::fprintf(stderr, "gpuguard symbolize: '%s' holds no crash record\n", path.c_str());

@@ -338,6 +338,20 @@ class report_test(unittest.TestCase):
         self.assertNotIn("<!--  &", page)
         self.assert_self_contained(page)
 
+    def test_a_reason_quoting_the_log_stays_one_line(self):
+        # Found by cli.report_fuzz: a start line's schema was quoted raw into its reason, so a log
+        # could add lines (and terminal escapes) to stderr. It is quoted as JSON now.
+        log = self.path("forged.jsonl")
+        schema = "gpuguard.events\ngpuguard report: forged.jsonl:9: \x1b[31mforged"
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(json.dumps(dict(v=1, type="start", t=0, schema=schema, pid=1, program="p", unix_ns=0)) + "\n")
+            f.write(json.dumps(dict(v=1, type="start", t=0, schema="gpuguard.events", pid=1, program="p", unix_ns=0)) + "\n")
+        r, _, data = self.render(log)
+        self.assertEqual(r.stderr.decode().splitlines(),
+                         ["gpuguard report: %s:1: start: schema is %s, not \"gpuguard.events\"" % (log, json.dumps(schema))])
+        self.assertEqual(data["skipped"]["lines"][0]["reason"],
+                         "start: schema is %s, not \"gpuguard.events\"" % json.dumps(schema))
+
     # ---- thinning a long log -------------------------------------------------------------------
 
     def test_long_log_is_thinned_but_keeps_peaks_and_totals(self):

@@ -7,18 +7,12 @@
 //
 // usage: options_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 // The run ends at whichever limit comes first; a failure prints the input (escaped) and exits 1.
+#include "fuzz_driver.hpp"
+
 #include <gpuguard/options.hpp>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <dirent.h>
-#include <fstream>
-#include <iterator>
 #include <new>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,20 +33,7 @@ const std::vector<std::string> dictionary = {
     "sampled", "auto", "cuda", "async", "host", "observe", "swap_in", "true", "yes", "no", "%p", "\xc3\xa4",
     std::string(1, '\0'), "\x7f", "\n", " "};
 
-std::string escaped(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte >= 0x7f || c == '\\') {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
-      out += hex;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+using gpuguard_fuzz::escaped;
 
 std::size_t item_count(std::string_view text) {
   std::size_t items = 0;
@@ -116,132 +97,30 @@ std::string check(const std::string& text) {
   return "";
 }
 
-class mutator {
- public:
-  explicit mutator(std::uint64_t seed) : random_(seed) {}
-
-  std::string mutate(std::string text, const std::vector<std::string>& corpus) {
-    const int steps = 1 + pick(4);
-    for (int i = 0; i < steps; ++i) {
-      switch (pick(8)) {
-        case 0:  // flip a bit
-          if (!text.empty()) { text[at(text)] = static_cast<char>(text[at(text)] ^ (1 << pick(8))); }
-          break;
-        case 1:  // a random byte
-          text.insert(text.begin() + static_cast<std::ptrdiff_t>(at_or_end(text)), static_cast<char>(pick(256)));
-          break;
-        case 2:  // delete a run
-          if (!text.empty()) {
-            const std::size_t from = at(text);
-            text.erase(from, 1 + pick(static_cast<int>(std::min<std::size_t>(text.size() - from, 16))));
-          }
-          break;
-        case 3:  // a dictionary word
-          text.insert(at_or_end(text), dictionary[static_cast<std::size_t>(pick(static_cast<int>(dictionary.size())))]);
-          break;
-        case 4: {  // a whole item key=value
-          const auto& key = dictionary[static_cast<std::size_t>(pick(27))];
-          const auto& value = dictionary[static_cast<std::size_t>(pick(static_cast<int>(dictionary.size())))];
-          text.append(":").append(key).append("=").append(value);
-          break;
-        }
-        case 5: {  // splice another corpus entry
-          const std::string& other = corpus[static_cast<std::size_t>(pick(static_cast<int>(corpus.size())))];
-          text = text.substr(0, at_or_end(text)) + other.substr(std::min(other.size(), at_or_end(other)));
-          break;
-        }
-        case 6:  // repeat a piece (long inputs, duplicate keys)
-          if (!text.empty()) {
-            const std::size_t from = at(text);
-            const std::string piece = text.substr(from, 1 + static_cast<std::size_t>(pick(32)));
-            for (int n = pick(8); n >= 0; --n) { text += piece; }
-          }
-          break;
-        default:  // digits: long numbers, overflow at every width
-          text.insert(at_or_end(text), std::string(static_cast<std::size_t>(1 + pick(25)), static_cast<char>('0' + pick(10))));
-          break;
+// One to four steps: a whole item key=value, a splice of another corpus entry, or a byte-level
+// change (a flipped bit, a random byte, a deleted run, a repeated piece, a dictionary word, digits).
+std::string next_input(gpuguard_fuzz::random_source& random, const std::vector<std::string>& corpus) {
+  std::string text = random.pick(corpus);
+  const std::size_t steps = 1 + random.below(4);
+  for (std::size_t i = 0; i < steps; ++i) {
+    switch (random.below(4)) {
+      case 0: {  // a whole item key=value
+        const std::string& key = dictionary[random.below(27)];
+        text.append(":").append(key).append("=").append(random.pick(dictionary));
+        break;
       }
+      case 1: {  // splice another corpus entry
+        const std::string& other = random.pick(corpus);
+        text = text.substr(0, random.below(text.size() + 1)) + other.substr(random.below(other.size() + 1));
+        break;
+      }
+      default: random.mutate_bytes(text, dictionary); break;
     }
-    if (text.size() > 4096) { text.resize(4096); }
-    return text;
   }
-
- private:
-  int pick(int n) { return n <= 1 ? 0 : static_cast<int>(random_() % static_cast<std::uint64_t>(n)); }
-  std::size_t at(const std::string& s) { return static_cast<std::size_t>(pick(static_cast<int>(s.size()))); }
-  std::size_t at_or_end(const std::string& s) { return static_cast<std::size_t>(pick(static_cast<int>(s.size()) + 1)); }
-
-  std::mt19937_64 random_;
-};
-
-std::vector<std::string> read_corpus(const std::string& dir) {
-  std::vector<std::string> corpus;
-  DIR* listing = ::opendir(dir.c_str());
-  if (listing == nullptr) { return corpus; }
-  while (const dirent* entry = ::readdir(listing)) {
-    const std::string name = entry->d_name;
-    if (name == "." || name == "..") { continue; }
-    std::string path = dir;
-    path.append("/").append(name);
-    std::ifstream in(path, std::ios::binary);
-    corpus.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  ::closedir(listing);
-  std::sort(corpus.begin(), corpus.end());  // readdir's order is not stable: the seed must replay
-  return corpus;
-}
-
-bool number_arg(const char* text, unsigned long long& out) {
-  char* end = nullptr;
-  out = std::strtoull(text, &end, 10);
-  return text[0] >= '0' && text[0] <= '9' && end != nullptr && *end == '\0';
+  if (text.size() > 4096) { text.resize(4096); }
+  return text;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: options_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]\n");
-    return 2;
-  }
-  unsigned long long seed = 1;
-  unsigned long long iterations = 20000;
-  unsigned long long seconds = 60;
-  for (int i = 2; i < argc; i += 2) {
-    const std::string flag = argv[i];
-    unsigned long long value = 0;
-    if (i + 1 >= argc || !number_arg(argv[i + 1], value) ||
-        (flag != "--seed" && flag != "--iterations" && flag != "--seconds")) {
-      std::fprintf(stderr, "options_fuzz: bad argument '%s'\n", argv[i]);
-      return 2;
-    }
-    (flag == "--seed" ? seed : flag == "--iterations" ? iterations : seconds) = value;
-  }
-  const std::vector<std::string> corpus = read_corpus(argv[1]);
-  if (corpus.empty()) {
-    std::fprintf(stderr, "options_fuzz: no corpus in '%s'\n", argv[1]);
-    return 2;
-  }
-  for (const std::string& text : corpus) {
-    const std::string broken = check(text);
-    if (!broken.empty()) {
-      std::fprintf(stderr, "options_fuzz: corpus entry '%s': %s\n", escaped(text).c_str(), broken.c_str());
-      return 1;
-    }
-  }
-  mutator mutate(seed);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  unsigned long long done = 0;
-  for (; done < iterations && std::chrono::steady_clock::now() < deadline; ++done) {
-    const std::string text = mutate.mutate(corpus[done % corpus.size()], corpus);
-    const std::string broken = check(text);
-    if (!broken.empty()) {
-      std::fprintf(stderr, "options_fuzz: seed %llu, input %llu '%s': %s\n", seed, done, escaped(text).c_str(),
-                   broken.c_str());
-      return 1;
-    }
-  }
-  std::printf("options_fuzz: %llu mutated inputs from %zu corpus entries (seed %llu): every promise held\n", done,
-              corpus.size(), seed);
-  return 0;
-}
+int main(int argc, char** argv) { return gpuguard_fuzz::run("options_fuzz", argc, argv, check, next_input); }
