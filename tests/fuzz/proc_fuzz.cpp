@@ -72,8 +72,10 @@ std::map<int, fake_process> parse_input(const std::string& text) {
       file = n == "stat" || n == "status" || n == "cmdline" || n == "cgroup" || n == "maps" ? &current->files[n] : nullptr;
       continue;
     }
+    // A descriptor's target is a file name: no '/' beyond the prefix, and no NUL (symlink(2) would
+    // cut it there, and the expected count would name a file that does not exist).
     if (current != nullptr && line.rfind("fd ", 0) == 0 && line.size() < 40 && line.find('/') == std::string::npos &&
-        current->fds.size() < 16) {
+        line.find('\0') == std::string::npos && current->fds.size() < 16) {
       current->fds.push_back(line.substr(3));
       continue;
     }
