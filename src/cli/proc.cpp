@@ -17,33 +17,15 @@
 namespace gpuguard::cli {
 
 using detail::numeric_entries;
+using detail::max_cmdline_bytes;
+using detail::parse_number;
 using detail::read_small_file;
+using detail::split_fields;
 
 namespace {
 
 // Large enough for the maps of a process with every CUDA library loaded; a bigger file is cut.
 constexpr std::size_t max_maps_bytes = std::size_t{64} << 20;
-constexpr std::size_t max_cmdline_bytes = 4096;
-
-template <typename T>
-bool parse_number(std::string_view text, T& out) {
-  if (text.empty()) { return false; }
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-// The fields of `text` separated by runs of spaces.
-std::vector<std::string_view> split_fields(std::string_view text) {
-  std::vector<std::string_view> fields;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) { ++i; }
-    const std::size_t start = i;
-    while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\n') { ++i; }
-    if (i > start) { fields.push_back(text.substr(start, i - start)); }
-  }
-  return fields;
-}
 
 std::optional<std::string> read_link(const std::string& path) {
   std::string target(4096, '\0');

@@ -17,16 +17,10 @@ namespace gpuguard::detail {
 namespace {
 
 constexpr std::size_t max_stat_bytes = 4096;
-constexpr std::size_t max_cmdline_bytes = 4096;
 
-template <typename T>
-bool parse_number(std::string_view text, T& out) {
-  if (text.empty()) { return false; }
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
 
-// The fields of `text` separated by runs of blanks.
+}  // namespace
+
 std::vector<std::string_view> split_fields(std::string_view text) {
   std::vector<std::string_view> fields;
   std::size_t i = 0;
@@ -38,8 +32,6 @@ std::vector<std::string_view> split_fields(std::string_view text) {
   }
   return fields;
 }
-
-}  // namespace
 
 std::optional<std::string> read_small_file(const std::string& path, std::size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -9,7 +9,9 @@
 /// a copy. Internal to the core and the CLI (compiled into both; not an installed header).
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <system_error>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +54,20 @@ std::optional<proc_stat> read_stat(const std::string& proc_root, int pid);
 /// The whole of a small file (a /proc file reports size 0), read with plain syscalls, at most
 /// `max_bytes`; nullopt when it cannot be opened or read.
 std::optional<std::string> read_small_file(const std::string& path, std::size_t max_bytes);
+
+/// The most of /proc/PID/cmdline that is read.
+inline constexpr std::size_t max_cmdline_bytes = 4096;
+
+/// `text` as a whole decimal number of type T (nothing before or after it).
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  if (text.empty()) { return false; }
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+/// The fields of `text` separated by runs of blanks (space, tab, newline).
+std::vector<std::string_view> split_fields(std::string_view text);
 
 /// The numeric entries of a directory (PIDs, TIDs, fds), sorted; nullopt with errno set when it
 /// cannot be listed.
