@@ -314,6 +314,30 @@ void write_mappings(signal_writer& out) noexcept {
   ::close(maps);
 }
 
+// The JSON objects of what was live at the crash, shared by the crash record and the event log's
+// crash line: each device that allocated, and the `limit` largest live sites (returns how many).
+void write_live_devices(signal_writer& out) noexcept {
+  bool first = true;
+  for (int device = host_device_id; device < max_devices; ++device) {
+    const counters c = device_counters(device);
+    if (c.allocations == 0) { continue; }
+    out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
+        .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())
+        .put(",\"peak_bytes\":").dec(c.peak_bytes).put("}");
+    first = false;
+  }
+}
+
+std::size_t write_live_sites(signal_writer& out, std::size_t limit) noexcept {
+  const std::size_t shown = facts.site_count < limit ? facts.site_count : limit;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const detail::crash_site& site = facts.sites[i];
+    out.put(i == 0 ? "{\"site\":" : ",{\"site\":").dec(site.site).put(",\"device\":").sdec(site.device)
+        .put(",\"bytes\":").dec(site.bytes).put(",\"count\":").dec(site.count).put("}");
+  }
+  return shown;
+}
+
 void write_record(int fd) noexcept {
   signal_writer out(fd);
   timespec now{};
@@ -329,22 +353,9 @@ void write_record(int fd) noexcept {
     out.put(i == 0 ? "\"" : ",\"").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i])).put("\"");
   }
   out.put("],\"devices\":[");
-  bool first = true;
-  for (int device = host_device_id; device < max_devices; ++device) {
-    const counters c = device_counters(device);
-    if (c.allocations == 0) { continue; }
-    out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
-        .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())
-        .put(",\"peak_bytes\":").dec(c.peak_bytes).put("}");
-    first = false;
-  }
+  write_live_devices(out);
   out.put("],\"sites\":[");
-  const std::size_t shown = facts.site_count < 20 ? facts.site_count : 20;
-  for (std::size_t i = 0; i < shown; ++i) {
-    const detail::crash_site& s = facts.sites[i];
-    out.put(i == 0 ? "{\"site\":" : ",{\"site\":").dec(s.site).put(",\"device\":").sdec(s.device)
-        .put(",\"bytes\":").dec(s.bytes).put(",\"count\":").dec(s.count).put("}");
-  }
+  const std::size_t shown = write_live_sites(out, 20);
   out.put("],\"sites_complete\":").put(facts.sites_complete && shown == facts.site_count ? "true" : "false");
   out.put(",\"mappings\":[");
   write_mappings(out);
@@ -365,22 +376,9 @@ void write_crash_event(int fd) noexcept {
       .put(",\"crash_file\":\"");
   if (path != nullptr && crash_fd.load(std::memory_order_relaxed) >= 0) { out.json_text(path, std::strlen(path)); }
   out.put("\",\"devices\":[");
-  bool first = true;
-  for (int device = host_device_id; device < max_devices; ++device) {
-    const counters c = device_counters(device);
-    if (c.allocations == 0) { continue; }
-    out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
-        .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())
-        .put(",\"peak_bytes\":").dec(c.peak_bytes).put("}");
-    first = false;
-  }
+  write_live_devices(out);
   out.put("],\"sites\":[");
-  const std::size_t shown = facts.site_count < 5 ? facts.site_count : 5;
-  for (std::size_t i = 0; i < shown; ++i) {
-    const detail::crash_site& site = facts.sites[i];
-    out.put(i == 0 ? "{\"site\":" : ",{\"site\":").dec(site.site).put(",\"device\":").sdec(site.device)
-        .put(",\"bytes\":").dec(site.bytes).put(",\"count\":").dec(site.count).put("}");
-  }
+  write_live_sites(out, 5);
   out.put("],\"frames\":[");
   for (std::size_t i = 0; i < facts.frame_count && i < 32; ++i) {
     out.put(i == 0 ? "\"" : ",\"").hex(reinterpret_cast<std::uintptr_t>(facts.frames[i])).put("\"");
