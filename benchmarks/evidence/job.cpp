@@ -4,7 +4,8 @@
 //   evidence_job [--iters N] [--main-mib M] [--workers W] [--worker-mib M]
 //                [--fail none|throw|oom] [--fail-at K] [--guarded]
 //
-// Prints "pid P" first, then "iter K" after each iteration (the harness kills it at one of them).
+// Prints "pid P" first, then "iter K" after each iteration (the harness kills it at one of them),
+// and "fault throw|oom" just before it fails on purpose (the harness times recovery from there).
 // --fail throw ends iteration K with an uncaught exception, --fail oom with an allocation the
 // device cannot hold (PyTorch's out-of-memory error, uncaught). Plain, workers are started with
 // posix_spawn and nothing else: when the job dies they are orphans that keep their memory.
@@ -157,6 +158,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   auto weights = torch::randn({2048, 2048}, torch::kCUDA).requires_grad_();
   for (int i = 0; i < s.iters; ++i) {
     GPUGUARD_OP("step");
+    if (i == s.fail_at && s.fail != "none") {
+      std::printf("fault %s\n", s.fail.c_str());
+      std::fflush(stdout);
+    }
     if (i == s.fail_at && s.fail == "throw") {
       throw std::runtime_error("loss is NaN at iteration " + std::to_string(i));  // uncaught on purpose
     }

@@ -4,8 +4,13 @@ A trial is a dict as harness.py writes it (one JSON object per line of trials.js
 
     {"scenario": "kill", "arm": "plain", "trial": 3,
      "baseline_mib": 512.0,            # device memory used before the job started
-     "end_s": 12.41,                   # when the job ended (its main process was reaped), on the
+     "fault_s": 12.02,                 # the fault: the signal sent, or the job's own "about to
+                                       # fail" line (contention: the round's last job's end)
+     "end_s": 12.41,                   # when the job's command returned (for plain, the job was
+                                       # reaped; under gpuguard run, after its clean-up), on the
                                        # same clock as the samples
+     "settled": true,                  # sampling stopped early: nothing of the trial alive and
+                                       # memory back (so it stays back); absent in old records
      "samples": [[t_s, used_mib], ...],  # device memory over time, t ascending
      "status": "signal 9" | "exit 1" | ...,   # how the job's main process ended
      "errors": ["out_of_memory", ...]} # kinds of error the job logged
@@ -35,12 +40,22 @@ def peak_mib(trial):
     return max(0.0, max(u for _, u in trial["samples"]) - trial["baseline_mib"])
 
 
-def residual_mib(trial, after_s):
-    """Memory above the baseline `after_s` seconds after the job ended (0 when back, None when the
-    samples stop before then)."""
-    t = trial["end_s"] + after_s
-    if not trial["samples"] or trial["samples"][-1][0] < t:
+def origin_s(trial, since="fault"):
+    """Where residue and time back count from: the fault (the default), or "end", the moment the
+    job's command returned. Records without a fault count from the end."""
+    if since == "fault" and trial.get("fault_s") is not None:
+        return trial["fault_s"]
+    return trial["end_s"]
+
+
+def residual_mib(trial, after_s, since="fault"):
+    """Memory above the baseline `after_s` seconds after the fault (0 when back, None when the
+    samples stop before then, unless the trial settled: then nothing was left to hold memory)."""
+    t = origin_s(trial, since) + after_s
+    if not trial["samples"]:
         return None
+    if trial["samples"][-1][0] < t:
+        return 0.0 if trial.get("settled") else None
     level = used_at(trial["samples"], t)
     if level is None:
         return None
@@ -48,19 +63,20 @@ def residual_mib(trial, after_s):
     return above if above > TOLERANCE_MIB else 0.0
 
 
-def time_to_baseline_s(trial):
-    """Seconds from the job's end until memory was back at the baseline and stayed there; None if
-    it never came back while sampled."""
+def time_to_baseline_s(trial, since="fault"):
+    """Seconds from the fault (or the end) until memory was back at the baseline and stayed there;
+    None if it never came back while sampled."""
+    start = origin_s(trial, since)
     back_since = None
     for ts, used in trial["samples"]:
-        if ts < trial["end_s"]:
+        if ts < start:
             continue
         if used - trial["baseline_mib"] <= TOLERANCE_MIB:
             if back_since is None:
                 back_since = ts
         else:
             back_since = None
-    return None if back_since is None else max(0.0, back_since - trial["end_s"])
+    return None if back_since is None else max(0.0, back_since - start)
 
 
 def percent(part, whole):
@@ -74,11 +90,14 @@ def summarize(trials):
     r10 = [residual_mib(t, 10.0) for t in trials]
     back = [time_to_baseline_s(t) for t in trials]
     came_back = [b for b in back if b is not None]
-    statuses, errors = {}, {}
+    after_end = [b for b in (time_to_baseline_s(t, "end") for t in trials) if b is not None]
+    statuses, errors, doctor = {}, {}, {}
     for t in trials:
         statuses[t["status"]] = statuses.get(t["status"], 0) + 1
         for kind in t.get("errors", []):
             errors[kind] = errors.get(kind, 0) + 1
+        for action, n in t.get("doctor", {}).get("actions", {}).items():
+            doctor[action] = doctor.get(action, 0) + n
 
     def mean_known(values):
         known = [v for v in values if v is not None]
@@ -99,7 +118,10 @@ def summarize(trials):
         "residue_share_10s_pct": share_with_residue(r10),
         "back_median_s": statistics.median(came_back) if came_back else None,
         "back_max_s": max(came_back) if came_back else None,
+        "back_mean_s": statistics.fmean(came_back) if came_back else None,
+        "back_after_end_median_s": statistics.median(after_end) if after_end else None,
         "never_back": len(back) - len(came_back),
         "statuses": dict(sorted(statuses.items())),
         "errors": dict(sorted(errors.items())),
+        "doctor": dict(sorted(doctor.items())),
     }

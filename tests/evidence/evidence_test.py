@@ -50,20 +50,35 @@ def timeline_tests():
     check(s["statuses"] == {"exit 1": 1, "signal 9": 2} and s["errors"] == {"out_of_memory": 1},
           "statuses and errors counted by kind")
     check(abs(s["residual_1s_pct_of_peak"] - 30.0) < 1e-9, "residue as a share of the peak")
+    # From the fault: the signal at t=1.5, the command returned at t=2 (after a clean-up).
+    faulted = dict(trial, fault_s=1.5)
+    check(metrics.residual_mib(faulted, 1.0) == 300.0, "residue 1 s after the fault (the level at t=2.5)")
+    check(abs(metrics.time_to_baseline_s(faulted) - 4.0) < 1e-9, "back 4 s after the fault")
+    check(abs(metrics.time_to_baseline_s(faulted, "end") - 3.5) < 1e-9, "and 3.5 s after the command returned")
+    # A settled trial: sampling stopped at t=6 with memory back and nothing alive; 10 s counts as back.
+    settled = dict(trial, fault_s=1.5, samples=samples[:6], settled=True)
+    check(metrics.residual_mib(settled, 10.0) == 0.0, "a settled trial has no residue after its samples end")
+    check(metrics.residual_mib(dict(settled, settled=False), 10.0) is None,
+          "an unsettled one has no figure there")
+    s = metrics.summarize([dict(trial, doctor={"actions": {"terminated": 2}}),
+                           dict(trial, doctor={"actions": {"terminated": 1, "gone": 1}})])
+    check(s["doctor"] == {"gone": 1, "terminated": 3}, "the doctor's actions counted over the trials")
 
 
 def harness_tests(tmp):
     out, dev = os.path.join(tmp, "out"), os.path.join(tmp, "dev")
     cmd = [sys.executable, HARNESS, "--scenario", "kill", "--job", FAKE_JOB, "--gpuguard", GPUGUARD,
            "--trials", "2", "--out", out, "--fake-device", dev, "--main-mib", "100", "--worker-mib", "50",
-           "--workers", "2", "--post-s", "1.5", "--min-iter", "3", "--max-iter", "6"]
+           "--workers", "2", "--post-s", "3", "--min-iter", "3", "--max-iter", "6", "--doctor-after-s", "1.2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     print(done.stderr)
     check(done.returncode == 0, f"the harness ran (status {done.returncode})")
     trials = [json.loads(line) for line in open(os.path.join(out, "trials.jsonl"))]
-    check(len(trials) == 4, "2 trials per arm, arms interleaved")
+    check(len(trials) == 6 and [t["arm"] for t in trials[:3]] == ["plain", "guarded", "doctor"],
+          "2 trials per arm, the three arms interleaved")
     plain = [t for t in trials if t["arm"] == "plain"]
     guarded = [t for t in trials if t["arm"] == "guarded"]
+    doctor = [t for t in trials if t["arm"] == "doctor"]
     check({t["variant"] for t in plain} == {"SIGKILL", "SIGTERM"}, "half SIGKILL, half SIGTERM")
     check(all(t["status"] in ("signal 9", "signal 15") for t in plain), "plain: the job died by the signal")
     check(all(t["status"].startswith(("exit 137", "exit 143")) for t in guarded),
@@ -75,6 +90,19 @@ def harness_tests(tmp):
     check(sg["residual_1s_mib"] == 0.0 and all(t["survivors"] == 0 for t in guarded),
           "guarded: no worker survives, nothing held 1 s later")
     check(sg["back_max_s"] is not None and sg["back_max_s"] < 1.0, "guarded: back to the baseline within 1 s")
+    check(all(t["fault_s"] is not None and t["fault_s"] <= t["end_s"] for t in trials),
+          "the fault (the signal sent) is timed, before the command returned")
+    check(all(t["settled"] for t in guarded) and not any(t["settled"] for t in plain),
+          "guarded trials settle early; plain ones, with workers alive, are sampled to the end")
+    check(all(t["samples"][-1][0] - t["fault_s"] < 1.5 for t in guarded),
+          "a settled trial stops sampling before --post-s")
+    sd = metrics.summarize(doctor)
+    check(sd["residual_1s_mib"] == 100.0 and sd["residual_10s_mib"] == 0.0,
+          f"doctor: the workers hold 100 MiB 1 s after the fault, nothing once reaped ({sd['residual_1s_mib']}, "
+          f"{sd['residual_10s_mib']})")
+    check(sd["doctor"].get("terminated", 0) + sd["doctor"].get("killed", 0) == 4 and all(t["survivors"] == 0 for t in doctor),
+          f"doctor --reap ended the 2 orphaned workers of each trial ({sd['doctor']})")
+    check(all(t["doctor"]["at_s"] - t["fault_s"] >= 1.2 for t in doctor), "the doctor ran --doctor-after-s after the fault")
     check(os.listdir(dev) == [] or metrics_fake_level(dev) == 0, "the harness ended every survivor afterwards")
     return out
 
@@ -100,6 +128,55 @@ def contention_tests(tmp):
     check(metrics.residual_mib(by_arm["guarded"], 1.0) == 0.0, "guarded: nothing left")
 
 
+def resume_tests(tmp):
+    """--deadline-s stops between trial indices, --resume goes on, the runner packs and unpacks."""
+    out, dev = os.path.join(tmp, "resume"), os.path.join(tmp, "dev-resume")
+    options = ["--arms", "guarded", "--trials", "3", "--fake-device", dev, "--main-mib", "100", "--workers", "1",
+               "--post-s", "2", "--min-iter", "3", "--max-iter", "9"]
+    base = [sys.executable, HARNESS, "--scenario", "kill", "--job", FAKE_JOB, "--gpuguard", GPUGUARD, "--out", out] + options
+    first = subprocess.run(base + ["--deadline-s", "0.5"], capture_output=True, text=True, timeout=120)
+    indices = [json.loads(line)["trial"] for line in open(os.path.join(out, "trials.jsonl"))]
+    check(first.returncode == 0 and indices == [0] and "deadline" in first.stderr,
+          f"--deadline-s: the first index runs, the next would pass the deadline ({indices})")
+    second = subprocess.run(base + ["--resume"], capture_output=True, text=True, timeout=120)
+    trials = [json.loads(line) for line in open(os.path.join(out, "trials.jsonl"))]
+    check(second.returncode == 0 and [t["trial"] for t in trials] == [0, 1, 2], "--resume ran the two left")
+    other = os.path.join(tmp, "resume-other")
+    subprocess.run(base[:base.index("--out")] + ["--out", other] + options + ["--first-trial", "2", "--trials", "1"],
+                   capture_output=True, text=True, timeout=120)
+    again = [json.loads(line) for line in open(os.path.join(other, "trials.jsonl"))]
+    check(len(again) == 1 and again[0]["trial"] == 2 and again[0]["fail_at"] == trials[2]["fail_at"],
+          "a trial index draws the same failing iteration in another run")
+    # The runner on a build folder holding the fake job: nothing left to run, the report and archive written.
+    fake_build = os.path.join(tmp, "fake-build")
+    os.makedirs(os.path.join(fake_build, "benchmarks"))
+    os.makedirs(os.path.join(fake_build, "src", "cli"))
+    os.symlink(FAKE_JOB, os.path.join(fake_build, "benchmarks", "evidence_job"))
+    os.symlink(os.path.abspath(GPUGUARD), os.path.join(fake_build, "src", "cli", "gpuguard"))
+    state, results = os.path.join(tmp, "state"), os.path.join(tmp, "runner-out")
+    os.makedirs(os.path.join(state, "kill"))
+    with open(os.path.join(out, "trials.jsonl")) as src, open(os.path.join(state, "kill", "trials.jsonl"), "w") as dst:
+        dst.write(src.read())
+    env = dict(os.environ, GPUGUARD_GPU_BUILD=fake_build, GPUGUARD_EVIDENCE_DIR=state, OUT=results)
+    runner = os.path.join(ROOT, "scripts", "evidence-runner.sh")
+    done = subprocess.run(["bash", runner, "--budget-s", "60", "kill", "--"] + options,
+                          capture_output=True, text=True, timeout=120, env=env)
+    check(done.returncode == 0 and "evidence: kill: 3 of 60 trials recorded" in done.stdout
+          and "not complete" in done.stdout and "[1/" not in done.stdout,
+          f"the runner resumed with nothing left to run and said what is missing ({done.returncode}: "
+          f"{done.stdout[-300:]} {done.stderr[-300:]})")
+    check(os.path.exists(os.path.join(results, "results.md")) and os.path.exists(os.path.join(results, "evidence.tgz")),
+          "the runner wrote the report and packed the state")
+    fresh = os.path.join(tmp, "state-fresh")
+    env = dict(env, GPUGUARD_EVIDENCE_DIR=fresh, OUT=os.path.join(tmp, "runner-out-2"))
+    done = subprocess.run(["bash", runner, "--budget-s", "60", "--from", os.path.join(results, "evidence.tgz"), "kill",
+                           "--"] + options, capture_output=True, text=True, timeout=120, env=env)
+    check(done.returncode == 0 and "went on from" in done.stdout and "kill: 3 of 60" in done.stdout,
+          "--from unpacks an earlier call's archive into an empty state")
+    done = subprocess.run(["bash", runner, "--budget-s", "soon"], capture_output=True, text=True, timeout=60, env=env)
+    check(done.returncode == 2 and "soon" in done.stderr, "a bad --budget-s is a usage error naming it")
+
+
 def metrics_fake_level(dev):
     from harness import FakeMemory  # noqa: E402
     return FakeMemory(dev).used_mib()
@@ -115,14 +192,21 @@ def report_tests(out, tmp):
     check("| guarded, all | 2 | 200 | 0 (0%)" in text, "the guarded row shows no residue")
     check("fake device (a test run, not a GPU)" in text, "a fake-device run says so")
     check("47 s average recovery after SIGKILL" in text, "the reference figure is quoted")
-    for arm in ("plain", "guarded"):
-        svg = os.path.join(tmp, "docs", "results", f"kill-{arm}.svg")
-        try:
-            doc = xml.dom.minidom.parse(svg)
-            points = doc.getElementsByTagName("polyline")[0].getAttribute("points").split()
-            check(len(points) > 10, f"the {arm} plot is SVG with a memory line of {len(points)} points")
-        except Exception as e:  # noqa: BLE001
-            check(False, f"the {arm} plot parses as SVG ({e})")
+    check("| doctor, all | 2 | 200 | 100 (50%) | 0 |" in text, "the doctor row: residue at 1 s, none at 10 s")
+    check("| 47 s average recovery after SIGKILL |" in text and "doctor: mean" in text,
+          "the reference figure sits beside ours, each arm's")
+    svgs = os.path.join(tmp, "docs", "results")
+    try:
+        doc = xml.dom.minidom.parse(os.path.join(svgs, "kill-timeline.svg"))
+        lines = doc.getElementsByTagName("polyline")
+        check(len(lines) == 3 and all(len(p.getAttribute("points").split()) > 10 for p in lines),
+              f"the timeline plot is SVG with a memory line per arm ({len(lines)})")
+        doc = xml.dom.minidom.parse(os.path.join(svgs, "kill-residue.svg"))
+        dots = doc.getElementsByTagName("circle")
+        # Plain trials are sampled for 3 s here: they have no 10 s figure, and no dot there.
+        check(len(dots) == 10, f"the residue plot has a dot per trial, arm and time where known ({len(dots)} of 10)")
+    except Exception as e:  # noqa: BLE001
+        check(False, f"the plots parse as SVG ({e})")
     bad = os.path.join(tmp, "bad")
     os.makedirs(bad)
     with open(os.path.join(bad, "trials.jsonl"), "w") as f:
@@ -148,6 +232,7 @@ def main():
         bad_input_tests(tmp)
         out = harness_tests(tmp)
         contention_tests(tmp)
+        resume_tests(tmp)
         report_tests(out, tmp)
     print("evidence:", "FAIL" if failures else "ok")
     return 1 if failures else 0

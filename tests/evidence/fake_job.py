@@ -3,7 +3,8 @@
 "device memory" is a file GPUGUARD_EVIDENCE_FAKE_DEVICE/<pid> holding MiB, which the harness's
 fake source counts while the process is alive (the driver's rule). Workers are plain child
 processes, with no parent-death signal, in both arms: under gpuguard run it is the supervisor
-alone that must end them."""
+alone that must end them. Each process also keeps GPUGUARD_EVIDENCE_FAKE_DEVICE/nvidia0 open, as a
+CUDA process keeps /dev/nvidia0, so that `gpuguard doctor --device-prefix DIR/nvidia` finds it."""
 import argparse
 import os
 import subprocess
@@ -11,8 +12,12 @@ import sys
 import time
 
 
+DEVICE_FILES = []  # kept open for the process's life
+
+
 def hold(mib):
     directory = os.environ["GPUGUARD_EVIDENCE_FAKE_DEVICE"]
+    DEVICE_FILES.append(open(os.path.join(directory, "nvidia0"), "a"))
     with open(os.path.join(directory, str(os.getpid())), "w") as f:
         f.write(str(mib))
 
@@ -42,6 +47,8 @@ def main():
     while time.monotonic() < deadline and not all(os.path.exists(os.path.join(directory, str(w.pid))) for w in workers):
         time.sleep(0.01)
     for i in range(a.iters):
+        if i == a.fail_at and a.fail != "none":
+            print("fault", a.fail, flush=True)
         if i == a.fail_at and a.fail == "throw":
             raise RuntimeError(f"loss is NaN at iteration {i}")
         if i == a.fail_at and a.fail == "oom":
