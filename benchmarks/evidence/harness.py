@@ -60,6 +60,7 @@ class NvmlMemory:
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
     def __init__(self, index=0):
+        self.idle_mib = None  # the level before the first trial (trial_baseline)
         self.lib = ctypes.CDLL("libnvidia-ml.so.1")
         if self.lib.nvmlInit_v2() != 0:
             raise RuntimeError("nvmlInit_v2 failed")
@@ -89,6 +90,7 @@ class FakeMemory:
     """The driver's rule without a GPU: DIR/<pid> holds MiB while process <pid> is alive."""
 
     def __init__(self, directory):
+        self.idle_mib = None  # the level before the first trial (trial_baseline)
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
 
@@ -129,15 +131,29 @@ class Sampler:
         self._thread.join()
 
 
-def quiet_baseline(source, seconds=0.5):
-    """The device's used MiB with no job: the median of a short run of samples."""
+def quiet_baseline(source, expect=None, window_s=0.5, limit_s=30.0):
+    """The device's used MiB with no job: the median of a window of samples. With `expect` (the
+    level before the first trial), it first waits until the level is back within the tolerance of
+    it: after a trial's survivors were ended, the driver takes a while to give their memory back.
+    After limit_s it measures anyway (something else holds memory; the report shows the level)."""
+    deadline = time.monotonic() + limit_s
+    while expect is not None and source.used_mib() > expect + TOLERANCE_MIB and time.monotonic() < deadline:
+        time.sleep(SAMPLE_PERIOD_S)
     values = []
-    end = time.monotonic() + seconds
+    end = time.monotonic() + window_s
     while time.monotonic() < end:
         values.append(source.used_mib())
         time.sleep(SAMPLE_PERIOD_S)
     values.sort()
     return values[len(values) // 2]
+
+
+def trial_baseline(source):
+    """The level before a trial; the first one is what later ones wait to be back at."""
+    level = quiet_baseline(source, expect=source.idle_mib)
+    if source.idle_mib is None:
+        source.idle_mib = level
+    return level
 
 
 # ---- processes ------------------------------------------------------------------------------------
@@ -342,7 +358,7 @@ def rel(t, t0):
 
 def run_single(args, source, arm, index, variant, out_dir):
     tag = f"{args.scenario}-{arm}-{index}-{os.getpid()}"
-    baseline = quiet_baseline(source)
+    baseline = trial_baseline(source)
     fail_at = trial_rng(args, index).randint(args.min_iter, args.max_iter)
     t0 = time.monotonic()
     doctor = None
@@ -370,7 +386,7 @@ def run_single(args, source, arm, index, variant, out_dir):
 
 def run_contention(args, source, arm, index, out_dir):
     tag = f"{args.scenario}-{arm}-{index}-{os.getpid()}"
-    baseline = quiet_baseline(source)
+    baseline = trial_baseline(source)
     t0 = time.monotonic()
     rng = trial_rng(args, index)
     doomed = set(rng.sample(range(args.processes), args.abnormal))

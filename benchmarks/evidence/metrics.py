@@ -33,11 +33,26 @@ def used_at(samples, t):
     return level
 
 
+def baseline_mib(trial):
+    """The device's level with nothing of the trial alive: the level measured before the job, or,
+    for a trial that settled (nothing of it alive at the end) and ended more than the tolerance
+    below it, the level it settled at. That happens when the level before the job was taken while
+    the driver was still giving back the previous trial's memory (baseline_corrected says so)."""
+    recorded = trial["baseline_mib"]
+    if trial.get("settled") and trial["samples"] and trial["samples"][-1][1] < recorded - TOLERANCE_MIB:
+        return trial["samples"][-1][1]
+    return recorded
+
+
+def baseline_corrected(trial):
+    return baseline_mib(trial) != trial["baseline_mib"]
+
+
 def peak_mib(trial):
     """Most device memory the job used above its baseline."""
     if not trial["samples"]:
         return 0.0
-    return max(0.0, max(u for _, u in trial["samples"]) - trial["baseline_mib"])
+    return max(0.0, max(u for _, u in trial["samples"]) - baseline_mib(trial))
 
 
 def origin_s(trial, since="fault"):
@@ -59,7 +74,7 @@ def residual_mib(trial, after_s, since="fault"):
     level = used_at(trial["samples"], t)
     if level is None:
         return None
-    above = level - trial["baseline_mib"]
+    above = level - baseline_mib(trial)
     return above if above > TOLERANCE_MIB else 0.0
 
 
@@ -67,11 +82,12 @@ def time_to_baseline_s(trial, since="fault"):
     """Seconds from the fault (or the end) until memory was back at the baseline and stayed there;
     None if it never came back while sampled."""
     start = origin_s(trial, since)
+    baseline = baseline_mib(trial)
     back_since = None
     for ts, used in trial["samples"]:
         if ts < start:
             continue
-        if used - trial["baseline_mib"] <= TOLERANCE_MIB:
+        if used - baseline <= TOLERANCE_MIB:
             if back_since is None:
                 back_since = ts
         else:
@@ -93,7 +109,8 @@ def summarize(trials):
     after_end = [b for b in (time_to_baseline_s(t, "end") for t in trials) if b is not None]
     statuses, errors, doctor = {}, {}, {}
     for t in trials:
-        statuses[t["status"]] = statuses.get(t["status"], 0) + 1
+        for status in t.get("statuses", [t["status"]]):  # a contention round: each job's
+            statuses[status] = statuses.get(status, 0) + 1
         for kind in t.get("errors", []):
             errors[kind] = errors.get(kind, 0) + 1
         for action, n in t.get("doctor", {}).get("actions", {}).items():
@@ -121,6 +138,7 @@ def summarize(trials):
         "back_mean_s": statistics.fmean(came_back) if came_back else None,
         "back_after_end_median_s": statistics.median(after_end) if after_end else None,
         "never_back": len(back) - len(came_back),
+        "baselines_corrected": sum(1 for t in trials if baseline_corrected(t)),
         "statuses": dict(sorted(statuses.items())),
         "errors": dict(sorted(errors.items())),
         "doctor": dict(sorted(doctor.items())),

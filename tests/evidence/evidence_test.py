@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import xml.dom.minidom
 
 ROOT, GPUGUARD = sys.argv[1], sys.argv[2]
@@ -60,9 +61,37 @@ def timeline_tests():
     check(metrics.residual_mib(settled, 10.0) == 0.0, "a settled trial has no residue after its samples end")
     check(metrics.residual_mib(dict(settled, settled=False), 10.0) is None,
           "an unsettled one has no figure there")
+    # A baseline taken while the previous trial's memory was still being given back: the trial
+    # settled 26 GiB below it, so the level it settled at is its baseline.
+    stale = {"baseline_mib": 26855.0, "fault_s": 2.0, "end_s": 2.5, "settled": True, "status": "exit 0", "errors": [],
+             "samples": [[0.0, 26855.0], [1.0, 66564.0], [2.5, 20000.0], [3.0, 615.0], [3.6, 615.0]]}
+    check(metrics.baseline_corrected(stale) and metrics.baseline_mib(stale) == 615.0
+          and metrics.peak_mib(stale) == 65949.0, "a stale baseline is replaced by the settled level")
+    check(abs(metrics.time_to_baseline_s(stale) - 1.0) < 1e-9, "and time back counts against the settled level")
+    check(not metrics.baseline_corrected(trial), "a baseline the trial ended near is kept")
     s = metrics.summarize([dict(trial, doctor={"actions": {"terminated": 2}}),
                            dict(trial, doctor={"actions": {"terminated": 1, "gone": 1}})])
     check(s["doctor"] == {"gone": 1, "terminated": 3}, "the doctor's actions counted over the trials")
+
+
+def baseline_tests():
+    """The level before a trial waits until the driver has given the last trial's memory back."""
+    from harness import quiet_baseline  # noqa: E402
+
+    class Releasing:
+        def __init__(self):
+            self.start = time.monotonic()
+
+        def used_mib(self):  # 20 GiB held for 0.8 s, then given back
+            return 20615.0 if time.monotonic() - self.start < 0.8 else 615.0
+
+    source = Releasing()
+    level = quiet_baseline(source, expect=615.0, window_s=0.3, limit_s=10)
+    check(level == 615.0 and time.monotonic() - source.start >= 0.8,
+          f"the baseline waits for memory being given back ({level})")
+    source = Releasing()
+    level = quiet_baseline(source, expect=615.0, window_s=0.2, limit_s=0.3)
+    check(level == 20615.0, f"and measures anyway after its limit ({level})")
 
 
 def harness_tests(tmp):
@@ -217,6 +246,27 @@ def report_tests(out, tmp):
           "a broken trials file is named with its line, and nothing is written")
 
 
+def published_results_tests(tmp):
+    """docs/results.md and its plots are what report.py makes of the recorded H200 trials."""
+    data = os.path.join(ROOT, "benchmarks", "evidence", "data", "2026-12-04-h200")
+    docs = os.path.join(tmp, "published", "docs")
+    os.makedirs(docs)
+    done = subprocess.run([sys.executable, REPORT] + [os.path.join(data, s) for s in ("kill", "abnormal", "contention")]
+                          + ["--out", os.path.join(docs, "results.md"), "--plots", os.path.join(docs, "results")],
+                          capture_output=True, text=True, timeout=120)
+    check(done.returncode == 0, f"the report of the recorded trials ran ({done.stderr.strip()})")
+    stale = []
+    for name in ["results.md"] + [os.path.join("results", f) for f in sorted(os.listdir(os.path.join(docs, "results")))]:
+        with open(os.path.join(docs, name), "rb") as made:
+            try:
+                with open(os.path.join(ROOT, "docs", name), "rb") as published:
+                    if made.read() != published.read():
+                        stale.append(name)
+            except FileNotFoundError:
+                stale.append(name + " (missing)")
+    check(not stale, f"docs/results.md and its plots are current with the recorded trials ({stale or 'all equal'})")
+
+
 def bad_input_tests(tmp):
     done = subprocess.run([sys.executable, HARNESS, "--scenario", "kill", "--job", os.path.join(tmp, "no-such-job"),
                            "--fake-device", tmp], capture_output=True, text=True, timeout=60)
@@ -228,8 +278,10 @@ def bad_input_tests(tmp):
 
 def main():
     timeline_tests()
+    baseline_tests()
     with tempfile.TemporaryDirectory() as tmp:
         bad_input_tests(tmp)
+        published_results_tests(tmp)
         out = harness_tests(tmp)
         contention_tests(tmp)
         resume_tests(tmp)
