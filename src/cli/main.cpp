@@ -1,6 +1,6 @@
 // The `gpuguard` command: one executable, one subcommand per job. Each subcommand lives in its own
 // file and has the signature `int NAME_main(int argc, char** argv)` (argv[0] is the subcommand).
-// Usage errors exit 2 with a message naming the bad input, as DESIGN.md's contract says.
+// Usage errors exit 2 with a message naming the bad input, as docs/design.md's contracts say.
 #include "commands.hpp"
 
 #include <cstdio>

@@ -192,7 +192,7 @@ def main():
     check(len(base["devices"]) >= 1 and base["devices"][0]["total_bytes"], "NVML reports devices", base["devices"])
     print("devices:", json.dumps(base["devices"]))
 
-    # The DESIGN.md case: a spawned worker outlives its kill -9ed trainer.
+    # The case docs/design.md measured: a spawned worker outlives its kill -9ed trainer.
     # multiprocessing's spawn imports the parent's __main__ in the worker: it must be a file.
     trainer_file = os.path.join(tempfile.mkdtemp(prefix="gpuguard-doctor-gpu-"), "trainer.py")
     with open(trainer_file, "w") as f:

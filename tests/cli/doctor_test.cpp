@@ -138,7 +138,7 @@ classification classify_in(const process_table& t, int pid) {
 }
 
 TEST(doctor_classify, a_worker_reparented_to_init_after_its_job_died_is_orphaned) {
-  // The DESIGN.md case: job leader 90 (killed) had started worker 100; the worker went to PID 1.
+  // The case docs/design.md measured: job leader 90 (killed) had started worker 100; the worker went to PID 1.
   const process_table t = table_of({entry(1, 0, 1, 1), entry(100, 1, 90, 80)});
   const classification c = classify_in(t, 100);
   EXPECT_EQ(c.cls, holder_class::orphaned);

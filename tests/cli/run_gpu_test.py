@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`gpuguard run` on a real GPU, the case DESIGN.md measured: a Python parent whose
+"""`gpuguard run` on a real GPU, the case docs/design.md measured: a Python parent whose
 multiprocessing child (spawn) holds 2 GiB on the GPU is killed with SIGKILL.
 
   plain:   the child is reparented and keeps its 2 GiB (measured, then cleaned up by hand)
