@@ -26,6 +26,12 @@ std::string json_string(std::string_view text);
 /// Appends what json_string returns, without a temporary.
 void append_json_string(std::string& out, std::string_view text);
 
+/// The Prometheus text exposition's shared pieces (the sink and `gpuguard doctor --prometheus` write
+/// the format): a metric family's "# HELP" and "# TYPE" lines, and a label value with backslash,
+/// double quote and newline escaped (without the quotes around it).
+void append_prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
+void append_prometheus_label_value(std::string& out, std::string_view value);
+
 /// Writes `data` to `path` through a temporary file in the same directory and a rename, so readers
 /// never see half a file. Returns "" on success, else a message naming the path and the error.
 std::string write_file_atomically(const std::string& path, std::string_view data);

@@ -469,15 +469,6 @@ class trace_sink final : public sink {
 
 // ---- Prometheus textfile ------------------------------------------------------------------------
 
-void escape_label(std::string& out, std::string_view value) {
-  for (const char c : value) {
-    if (c == '\\') { out += "\\\\"; }
-    else if (c == '"') { out += "\\\""; }
-    else if (c == '\n') { out += "\\n"; }
-    else { out += c; }
-  }
-}
-
 class prometheus_sink final : public sink {
  public:
   prometheus_sink(std::string path, std::int64_t interval_ns, failure_reporter report)
@@ -501,17 +492,7 @@ class prometheus_sink final : public sink {
   void flush() override {}
 
  private:
-  void header(const char* name, const char* type, const char* help) {
-    text_ += "# HELP ";
-    text_ += name;
-    text_ += ' ';
-    text_ += help;
-    text_ += "\n# TYPE ";
-    text_ += name;
-    text_ += ' ';
-    text_ += type;
-    text_ += '\n';
-  }
+  void header(const char* name, const char* type, const char* help) { append_prometheus_family(text_, name, type, help); }
   template <class Number>
   void sample(const char* name, const char* label, std::string_view value, Number number) {
     text_ += name;
@@ -522,7 +503,7 @@ class prometheus_sink final : public sink {
       text_ += ',';
       text_ += label;
       text_ += "=\"";
-      escape_label(text_, value);
+      append_prometheus_label_value(text_, value);
       text_ += '"';
     }
     text_ += "} ";

@@ -563,33 +563,17 @@ std::string render_watch_summary(const sample& last) {
 
 namespace {
 
-// A label value in the text exposition format: backslash, double quote and newline escaped.
+// A label value in the text exposition format, quoted (format.hpp escapes it).
 std::string prometheus_label(std::string_view value) {
-  std::string out;
-  out.reserve(value.size() + 2);
-  out += '"';
-  for (const char c : value) {
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
+  std::string out = "\"";
+  gpuguard::detail::append_prometheus_label_value(out, value);
   out += '"';
   return out;
 }
 
+// Every metric the doctor writes is a gauge.
 void prometheus_family(std::string& out, const char* name, const char* help) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += help;
-  out += "\n# TYPE ";
-  out += name;
-  out += " gauge\n";
+  gpuguard::detail::append_prometheus_family(out, name, "gauge", help);
 }
 
 void prometheus_value(std::string& out, const char* name, const std::string& labels, double value) {

@@ -382,6 +382,28 @@ TEST(doctor_report, json_is_one_valid_document_and_exit_status_follows_holders) 
   EXPECT_EQ(exit_status_of(s), exit_no_holders);
 }
 
+TEST(doctor_report, prometheus_escapes_label_values_and_types_every_family) {
+  sample s;
+  device_summary d;
+  d.nvml.index = 0;
+  d.nvml.name = "GPU \"x\" \\ two\nlines";
+  d.nvml.used = 1024;
+  s.devices.push_back(d);
+  const std::string text = render_prometheus(s, 1.5);
+  EXPECT_NE(text.find("name=\"GPU \\\"x\\\" \\\\ two\\nlines\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("lines\"}\n\""), std::string::npos) << "no raw newline inside a label";
+  std::size_t helps = 0;
+  std::size_t types = 0;
+  for (std::size_t at = text.find("# HELP "); at != std::string::npos; at = text.find("# HELP ", at + 1)) { ++helps; }
+  for (std::size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) {
+    ++types;
+    const std::size_t end = text.find('\n', at);
+    EXPECT_EQ(text.substr(end - 6, 6), " gauge") << text.substr(at, end - at);
+  }
+  EXPECT_GT(helps, 3U);
+  EXPECT_EQ(helps, types);
+}
+
 // A temporary directory with a fake device file.
 class doctor_scan : public ::testing::Test {
  protected:
