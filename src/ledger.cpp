@@ -547,18 +547,34 @@ tsc_clock& fast_clock() {
 
 }  // namespace
 
-std::int64_t detail::now_ns() noexcept {
+namespace {
+
+// The clock's raw reading: TSC ticks where the TSC is used, else steady_clock nanoseconds since
+// the ledger started. The live table keeps raw readings (the conversion's multiply is left to the
+// snapshot, which also converts with the scale refined since).
+std::int64_t now_ticks() noexcept {
   static tsc_clock& clock = fast_clock();
-  const ledger_state& st = state();
+#if defined(__x86_64__)
+  if (clock.usable) { return static_cast<std::int64_t>(__rdtsc()); }
+#endif
+  return (std::chrono::steady_clock::now() - state().start).count();
+}
+
+std::int64_t ticks_to_ns(std::int64_t ticks) noexcept {
+  static tsc_clock& clock = fast_clock();
 #if defined(__x86_64__)
   if (clock.usable) {
-    const auto since_base = static_cast<double>(__rdtsc() - clock.base_ticks) *
+    const auto since_base = static_cast<double>(static_cast<std::uint64_t>(ticks) - clock.base_ticks) *
                             clock.ns_per_tick.load(std::memory_order_relaxed);
-    return static_cast<std::int64_t>(since_base) + (clock.base_time - st.start).count();
+    return static_cast<std::int64_t>(since_base) + (clock.base_time - state().start).count();
   }
 #endif
-  return (std::chrono::steady_clock::now() - st.start).count();
+  return ticks;
 }
+
+}  // namespace
+
+std::int64_t detail::now_ns() noexcept { return ticks_to_ns(now_ticks()); }
 
 void detail::refine_clock() noexcept {
 #if defined(__x86_64__)
@@ -674,7 +690,7 @@ void record_allocation(const allocation_event& event) noexcept {
   detail::thread_state& mine = this_thread;
   const tag_id tag = mine.tag;
   const std::uint32_t thread = detail::thread_id(mine);
-  const std::int64_t time_ns = detail::now_ns();
+  const std::int64_t ticks = now_ticks();
   const site_id site = maybe_capture_site();
   const std::uint64_t sequence = next_sequence(mine);
   if (site != no_site) { count_site(site, event.bytes); }
@@ -706,7 +722,7 @@ void record_allocation(const allocation_event& event) noexcept {
   record->kind = event.kind;
   record->tag = tag;
   record->thread = thread;
-  record->time_ns = time_ns;
+  record->time_ns = ticks;  // raw: the snapshot converts
   record->site = site;
   record->sequence = sequence;
   // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
@@ -729,7 +745,8 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   ledger_state& st = state();
   const std::uint64_t hash = mix(ptr);
   shard& s = shard_for(hash);
-  misuse_report misuses[2] = {};
+  // Filled only when misuse is found: zeroing it on every free (a rep stos) was measurable.
+  misuse_report misuses[2];  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
   int misuse_count = 0;
   // Where each free happened is kept (for "first freed at" in a double-free report) only with
   // stacks=all: a capture per free would undo what sampling saves.
@@ -845,6 +862,7 @@ ledger_snapshot snapshot(bool with_live) {
   }
   for (shard& s : st.shards) { s.mutex.unlock(); }
   if (!live_complete) { return snapshot(true); }  // the live set grew between estimate and lock
+  for (allocation_record& record : live) { record.time_ns = ticks_to_ns(record.time_ns); }
 
   for (int i = 0; i < device_slots; ++i) {
     if (device_used[i]) { snap.devices.emplace_back(i == 0 ? host_device_id : i - 1, devices[i]); }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <random>
@@ -244,6 +245,14 @@ TEST(ledger_stress, peaks_exact_when_threads_hold_memory_at_once) {
   EXPECT_EQ(c.total_bytes, expected_total);
   EXPECT_EQ(c.allocations - c.frees, 0U);
   EXPECT_EQ(c.allocations, expected_allocations);
+  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
+  // Past 256 distinct tags (other tests in this program make many) a new name shares "(other)",
+  // whose counters hold other tests' memory too: then only the device's figures are judged.
+  // tsan.ledger_stress runs these tests on their own, where the tag always has its own counters.
+  if (gpuguard::tag_name(gpuguard::intern_tag(tag)) != tag) {
+    std::printf("note: the tag table is full; the tag's peaks are not judged in this run\n");
+    return;
+  }
   bool tag_seen = false;
   for (const auto& [name, figures] : gpuguard::snapshot(false).tags) {
     if (name != tag) { continue; }
@@ -255,7 +264,6 @@ TEST(ledger_stress, peaks_exact_when_threads_hold_memory_at_once) {
     EXPECT_EQ(figures.current_bytes, 0U);
   }
   EXPECT_TRUE(tag_seen);
-  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
 }
 
 // Counts are kept per thread and summed when read; a thread that ends hands its counts on to the
