@@ -515,6 +515,7 @@ struct tsc_clock {
   bool usable = false;
   std::uint64_t base_ticks = 0;
   std::chrono::steady_clock::time_point base_time;
+  std::int64_t base_since_start_ns = 0;  // base_time - the ledger's start, fixed at construction
   std::atomic<double> ns_per_tick{0.0};
 
   tsc_clock() {
@@ -535,6 +536,7 @@ struct tsc_clock {
     if (ticks <= base_ticks) { return; }
     ns_per_tick.store(static_cast<double>((now - base_time).count()) / static_cast<double>(ticks - base_ticks),
                       std::memory_order_relaxed);
+    base_since_start_ns = (base_time - state().start).count();
     usable = true;
 #endif
   }
@@ -552,7 +554,7 @@ namespace {
 // The clock's raw reading: TSC ticks where the TSC is used, else steady_clock nanoseconds since
 // the ledger started. The live table keeps raw readings (the conversion's multiply is left to the
 // snapshot, which also converts with the scale refined since).
-std::int64_t now_ticks() noexcept {
+__attribute__((always_inline)) inline std::int64_t now_ticks() noexcept {
   static tsc_clock& clock = fast_clock();
 #if defined(__x86_64__)
   if (clock.usable) { return static_cast<std::int64_t>(__rdtsc()); }
@@ -560,13 +562,14 @@ std::int64_t now_ticks() noexcept {
   return (std::chrono::steady_clock::now() - state().start).count();
 }
 
-std::int64_t ticks_to_ns(std::int64_t ticks) noexcept {
+__attribute__((always_inline)) inline std::int64_t ticks_to_ns(std::int64_t ticks) noexcept {
   static tsc_clock& clock = fast_clock();
 #if defined(__x86_64__)
   if (clock.usable) {
+    // No call in here: a call between the multiply's operands made the compiler spill them.
     const auto since_base = static_cast<double>(static_cast<std::uint64_t>(ticks) - clock.base_ticks) *
                             clock.ns_per_tick.load(std::memory_order_relaxed);
-    return static_cast<std::int64_t>(since_base) + (clock.base_time - state().start).count();
+    return static_cast<std::int64_t>(since_base) + clock.base_since_start_ns;
   }
 #endif
   return ticks;

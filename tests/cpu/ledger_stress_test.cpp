@@ -283,6 +283,7 @@ TEST(ledger_stress, counts_exact_across_short_lived_threads) {
   for (int g = 0; g < generations; ++g) {
     std::vector<std::vector<std::pair<void*, std::size_t>>> made(threads);
     std::vector<std::thread> workers;
+    workers.reserve(threads);
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
         for (int i = 0; i < per_thread; ++i) {

@@ -39,6 +39,7 @@ __attribute__((noinline)) frames_t from(bool a) { return a ? from_a() : from_b()
 TEST(stack_cache, repeats_the_unwound_frames_for_the_same_chain) {
   const std::uint64_t hits_before = gpuguard::detail::cached_captures();
   std::vector<frames_t> got;
+  got.reserve(6);
   for (int i = 0; i < 6; ++i) { got.push_back(from(true)); }  // one call site: one chain
   ASSERT_GE(got[0].size(), 3U);
   for (int i = 1; i < 6; ++i) { EXPECT_EQ(got[static_cast<std::size_t>(i)], got[0]) << "capture " << i; }
