@@ -756,6 +756,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
   const site_id freed_at = capture ? capture_site_now() : no_site;
   detail::thread_state& mine = this_thread;
+  detail::thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
   {
     const std::lock_guard<spin_mutex> lock(s.mutex);
     if (allocation_record* slot = find(s, ptr, hash)) {
@@ -780,7 +781,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
       st.devices[device_slot_of(slot->device)].remove(slot->bytes);
       st.tag_counters[slot->tag].remove(slot->bytes);
-      count_free(counts_of(mine), device_slot_of(slot->device), slot->tag);
+      count_free(counts, device_slot_of(slot->device), slot->tag);
       detail::thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
       ++memory.frees;
