@@ -37,12 +37,13 @@
 // a flush that timed out or an event queued but not written fails the benchmark (SkipWithError),
 // so a number is only reported when every event reached the writer. Counter dropped is always 0
 // in a reported result.
-#include <gpuguard/host_memory_resource.hpp>
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking_resource.hpp>
+
+#include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -77,8 +78,8 @@ constexpr std::size_t max_in_flight = queue_capacity / 2;  // queued but not yet
 // benchmark (MinTime) it would become part of every name.
 constexpr const char* default_min_time = "--benchmark_min_time=0.2";
 
-gpuguard::host_memory_resource& host() {
-  static gpuguard::host_memory_resource resource;
+gpuguard_bench::malloc_resource& host() {
+  static gpuguard_bench::malloc_resource resource;
   return resource;
 }
 gpuguard::tracking_resource& tracked_host() {

@@ -76,6 +76,10 @@ PAIR_TARGETS = [
 ]
 THREADS_HEADING = "Host memory, 16 threads: throughput of tracked at 16 threads / at 1 thread"
 THREADS_LIMIT = 8.0
+# Tracking's own scaling: (tracked 16 / 1 threads) / (untracked 16 / 1 threads). With a baseline
+# that scales (malloc) the plain tracked / untracked ratio at 16 threads is mostly the 1-thread
+# cost of tracking, so the judged figure is how much of the baseline's scaling tracking keeps.
+RELATIVE_SCALING_LIMIT = 0.8
 
 # gpuguard_ops_bench. Its scope benchmarks time batches of bodies, so their times are per body:
 # 1e9 / items_per_second (items are bodies), with the producer's CPU time per body beside it.
@@ -357,6 +361,21 @@ def threads_table(results, cores):
                      % (variant, ns(one.real_ns), ns(many.real_ns), throughput(one),
                         throughput(many), scale, target,
                         verdict(scale >= THREADS_LIMIT) if judged else "-"))
+    one_t, many_t = lookup(results, HOST_TRACKED_1), lookup(results, HOST_TRACKED_16)
+    one_u, many_u = lookup(results, HOST_UNTRACKED_1), lookup(results, HOST_UNTRACKED_16)
+    reason = not_run_reason(one_t, many_t) or not_run_reason(one_u, many_u)
+    lines += ["", "| figure | value | target | verdict |", "| --- | ---: | --- | --- |"]
+    if reason:
+        lines.append("| tracked / untracked pairs/s at 16 threads | - | (comparison) | %s |" % reason)
+        lines.append("| tracked 16 / 1 threads over untracked 16 / 1 threads | - | >= %g | %s |"
+                     % (RELATIVE_SCALING_LIMIT, reason))
+    else:
+        relative = ((throughput(many_t) / throughput(one_t))
+                    / (throughput(many_u) / throughput(one_u)))
+        lines.append("| tracked / untracked pairs/s at 16 threads | %.3f | (comparison) | - |"
+                     % (throughput(many_t) / throughput(many_u)))
+        lines.append("| tracked 16 / 1 threads over untracked 16 / 1 threads | %.3f | >= %g | %s |"
+                     % (relative, RELATIVE_SCALING_LIMIT, verdict(relative >= RELATIVE_SCALING_LIMIT)))
     if cores and cores < 16:
         lines += ["", "This machine has %d logical cores, so 16 threads cannot run at once: "
                       "the 8x target needs at least 8 free cores." % cores]

@@ -130,7 +130,11 @@ def check_gpu_report(text, doc):
     scale = (median(doc, "BM_host_pair/tracked/real_time/threads:16", "items_per_second")
              / median(doc, "BM_host_pair/tracked/real_time/threads:1", "items_per_second"))
     assert "| %.2fx | >= 8 |" % scale in text
-    assert text.count("| PASS |") == 1 and text.count("| MISS |") == 5, text
+    untracked_scale = (median(doc, "BM_host_pair/untracked/real_time/threads:16", "items_per_second")
+                       / median(doc, "BM_host_pair/untracked/real_time/threads:1", "items_per_second"))
+    assert ("| tracked 16 / 1 threads over untracked 16 / 1 threads | %.3f | >= 0.8 | PASS |"
+            % (scale / untracked_scale)) in text, text
+    assert text.count("| PASS |") == 2 and text.count("| MISS |") == 5, text
     assert "not run" not in text
 
 
@@ -219,7 +223,7 @@ def check_cpu_report(text, doc):
         "| `BM_jsonl_sink/dev_null/real_time` | /dev/null | 333.3 | 3e+06 | - | 0 | (comparison) "
         "| - |")
     assert "| %.3g |" % median(doc, WRITER_FILE, "items_per_second") in text
-    assert text.count("| PASS |") == 2 + 5 + 1, text
+    assert text.count("| PASS |") == 2 + 5 + 1 + 1, text  # + tracking's relative scaling
     assert text.count("| MISS |") == 4 + 1, text  # four tracking targets, the pair scope
 
 

@@ -3,7 +3,8 @@
 // results are read as ratios (benchmarks/run_benchmarks.py writes them into docs/benchmarks.md).
 //
 //   BM_host_pair/{untracked,tracked}/real_time/threads:{1,16}
-//       one allocate+deallocate of 256 bytes on host memory per iteration, stacks off.
+//       one allocate+deallocate of 256 bytes on host memory per iteration, stacks off. The host
+//       upstream is malloc (malloc_resource.hpp): it scales with threads, so the baseline does.
 //   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
 //       the same pair with stacks=all, or stacks=sampled with stack_sample=64.
 //   BM_cuda_malloc_pair/{untracked,tracked}/real_time
@@ -15,11 +16,12 @@
 // GPU, so the run completes there.
 #include <gpuguard/cuda_memory_resources.hpp>
 #include <gpuguard/device.hpp>
-#include <gpuguard/host_memory_resource.hpp>
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/stream.hpp>
 #include <gpuguard/tracking_resource.hpp>
+
+#include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -36,8 +38,8 @@ constexpr std::uint32_t sample_every = 64;
 
 // Resources are created once and shared: with ->Threads(16) the benchmark function runs on 16
 // threads at once, and function-local statics are initialised exactly once.
-gpuguard::host_memory_resource& host() {
-  static gpuguard::host_memory_resource resource;
+gpuguard_bench::malloc_resource& host() {
+  static gpuguard_bench::malloc_resource resource;
   return resource;
 }
 gpuguard::tracking_resource& tracked_host() {

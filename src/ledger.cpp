@@ -43,20 +43,30 @@ const char* to_string(misuse_kind kind) noexcept {
 namespace {
 
 // ---- counters -----------------------------------------------------------------------------------
+//
+// A counter that every thread writes is a cache line that every thread's allocation pulls to its
+// own core. So each device's and tag's counters are split by what they need:
+// - live bytes and the peaks: one atomic per device (and per tag) that every allocation and free
+//   adds to. Its fetch_add orders all of that device's allocations and frees into one sequence,
+//   and the value it returns is the exact live bytes just after this allocation, so raising the
+//   peaks to it keeps every peak exact (the largest value that sequence ever reached). The peaks
+//   sit on the same line and are only written when they rise: in a steady state a load.
+// - allocations, frees and bytes ever allocated: per thread (thread_counts below), written by
+//   their owner without a locked instruction and summed when read. Sums of counts are exact
+//   whatever the order, so nothing is lost by splitting them; a peak is not a sum, which is why
+//   live bytes stay one atomic (a per-thread peak summed over threads would overstate it).
 
-struct alignas(64) atomic_counters {
+struct alignas(64) live_counter {
   std::atomic<std::size_t> current{0};
   std::atomic<std::size_t> peak{0};
   std::atomic<std::size_t> phase_peak{0};
-  std::atomic<std::size_t> total{0};
-  std::atomic<std::uint64_t> allocations{0};
-  std::atomic<std::uint64_t> frees{0};
   std::atomic<std::size_t> interval_peak{0};  // the writer thread's sampling interval
   // The alert on crossing (devices only): the first allocation that takes `current` to
   // `alert_at` or more records the moment; the writer takes it and writes the alert. Armed and
   // disarmed by the writer; SIZE_MAX: disarmed. crossing_state: 0 none, 1 being written, 2 ready.
   std::atomic<std::size_t> alert_at{static_cast<std::size_t>(-1)};
   std::atomic<int> crossing_state{0};
+  std::atomic<bool> used{false};  // ever allocated: set once, read by reports
   std::size_t crossed_bytes = 0;      // written by the claimer before crossing_state becomes 2
   std::int64_t crossed_ns = 0;
 
@@ -70,8 +80,7 @@ struct alignas(64) atomic_counters {
     raise_to(peak, now);
     raise_to(phase_peak, now);
     raise_to(interval_peak, now);
-    total.fetch_add(bytes, std::memory_order_relaxed);
-    allocations.fetch_add(1, std::memory_order_relaxed);
+    if (!used.load(std::memory_order_relaxed)) { used.store(true, std::memory_order_relaxed); }
     if (now >= alert_at.load(std::memory_order_relaxed)) { note_crossing(now); }
   }
   void note_crossing(std::size_t now) noexcept {
@@ -81,38 +90,68 @@ struct alignas(64) atomic_counters {
     crossed_ns = detail::now_ns();
     crossing_state.store(2, std::memory_order_release);
   }
-  void remove(std::size_t bytes) noexcept {
-    current.fetch_sub(bytes, std::memory_order_relaxed);
-    frees.fetch_add(1, std::memory_order_relaxed);
-  }
+  void remove(std::size_t bytes) noexcept { current.fetch_sub(bytes, std::memory_order_relaxed); }
   void reset_phase() noexcept {
     phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
   void clear() noexcept {
-    for (auto* value : {&current, &peak, &phase_peak, &total, &interval_peak}) {
+    for (auto* value : {&current, &peak, &phase_peak, &interval_peak}) {
       value->store(0, std::memory_order_relaxed);
     }
-    allocations.store(0, std::memory_order_relaxed);
-    frees.store(0, std::memory_order_relaxed);
+    used.store(false, std::memory_order_relaxed);
   }
-  [[nodiscard]] counters read() const noexcept {
-    counters c;
-    c.current_bytes = current.load(std::memory_order_relaxed);
-    c.peak_bytes = peak.load(std::memory_order_relaxed);
-    c.phase_peak_bytes = phase_peak.load(std::memory_order_relaxed);
-    c.total_bytes = total.load(std::memory_order_relaxed);
-    c.allocations = allocations.load(std::memory_order_relaxed);
-    c.frees = frees.load(std::memory_order_relaxed);
-    return c;
-  }
-  [[nodiscard]] bool used() const noexcept {
-    return allocations.load(std::memory_order_relaxed) != 0;
-  }
+  [[nodiscard]] bool ever_used() const noexcept { return used.load(std::memory_order_relaxed); }
+};
+
+// Counts of one device or tag in one thread's block. Written by one thread at a time (the block's
+// owner, or under the fallback below with fetch_add), read by any: relaxed atomics, so a reader
+// sees each value whole.
+struct event_counts {
+  std::atomic<std::uint64_t> total{0};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> frees{0};
 };
 
 constexpr int device_slots = max_devices + 1;  // slot 0: host, slot d + 1: device d
 int device_slot_of(int device) noexcept {
   return device >= 0 && device < max_devices ? device + 1 : 0;
+}
+
+}  // namespace
+
+// One thread's counts of every device and tag. Blocks are never freed: a thread that ends gives
+// its block back and the next new thread takes it over, counts and all (they are sums, so whose
+// thread added to them does not matter), so there are never more blocks than threads that were
+// alive at once.
+struct detail::thread_counts {
+  std::array<event_counts, device_slots> devices;
+  std::array<event_counts, max_tags> tags;
+  std::atomic<bool> owned{false};
+  bool shared = false;             // the fallback block: any thread may write it, with fetch_add
+  thread_counts* next = nullptr;   // the registry's list; set before the block is published
+};
+
+namespace {
+
+void bump(std::atomic<std::uint64_t>& value, std::uint64_t by, bool shared) noexcept {
+  if (shared) {
+    value.fetch_add(by, std::memory_order_relaxed);
+  } else {
+    // The owner is the only writer: a plain add, no locked instruction.
+    value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+}
+
+void count_allocation(detail::thread_counts& counts, int slot, tag_id tag, std::size_t bytes) noexcept {
+  for (event_counts* c : {&counts.devices[static_cast<std::size_t>(slot)], &counts.tags[tag]}) {
+    bump(c->allocations, 1, counts.shared);
+    bump(c->total, bytes, counts.shared);
+  }
+}
+
+void count_free(detail::thread_counts& counts, int slot, tag_id tag) noexcept {
+  bump(counts.devices[static_cast<std::size_t>(slot)].frees, 1, counts.shared);
+  bump(counts.tags[tag].frees, 1, counts.shared);
 }
 
 // ---- tags ---------------------------------------------------------------------------------------
@@ -213,8 +252,12 @@ std::uint64_t mix(const void* ptr) noexcept {
 
 struct ledger_state {
   std::array<shard, shard_count> shards;
-  std::array<atomic_counters, device_slots> devices;
-  std::array<atomic_counters, max_tags> tag_counters;
+  std::array<live_counter, device_slots> devices;
+  std::array<live_counter, max_tags> tag_counters;
+  // Every thread's counts (see detail::thread_counts), newest first; pushed, never unlinked.
+  std::atomic<detail::thread_counts*> thread_counts{nullptr};
+  // For a thread whose own block is gone (it is ending) or could not be made (out of memory).
+  detail::thread_counts fallback_counts;
   std::atomic<std::uint64_t> unknown_pointer{0};
   std::atomic<std::uint64_t> double_free{0};
   std::atomic<std::uint64_t> wrong_size{0};
@@ -233,6 +276,9 @@ struct ledger_state {
 
   ledger_state() {
     for (shard& s : shards) { s.slots.resize(initial_capacity); }
+    fallback_counts.shared = true;
+    fallback_counts.owned.store(true, std::memory_order_relaxed);
+    thread_counts.store(&fallback_counts, std::memory_order_release);
   }
 };
 
@@ -256,8 +302,20 @@ void forget_parent_in_forked_child() noexcept {
     s.recent = {};
     s.recent_next = 0;
   }
-  for (atomic_counters& c : st.devices) { c.clear(); }
-  for (atomic_counters& c : st.tag_counters) { c.clear(); }
+  for (live_counter& c : st.devices) { c.clear(); }
+  for (live_counter& c : st.tag_counters) { c.clear(); }
+  // The child's only thread is the one that forked: every other block's owner is gone.
+  detail::thread_state& mine = detail::this_thread_state();
+  for (detail::thread_counts* block = st.thread_counts.load(std::memory_order_acquire); block != nullptr;
+       block = block->next) {
+    const auto zero = [](event_counts& c) {
+      for (auto* value : {&c.total, &c.allocations, &c.frees}) { value->store(0, std::memory_order_relaxed); }
+    };
+    for (event_counts& c : block->devices) { zero(c); }
+    for (event_counts& c : block->tags) { zero(c); }
+    if (block != mine.counts && !block->shared) { block->owned.store(false, std::memory_order_relaxed); }
+  }
+  mine.sequence_next = mine.sequence_end = 0;  // the parent's numbers are the inherited ones
   for (auto* count : {&st.unknown_pointer, &st.double_free, &st.wrong_size, &st.wrong_device, &st.untracked_frees}) {
     count->store(0, std::memory_order_relaxed);
   }
@@ -282,6 +340,100 @@ ledger_state& state() {
     return made;
   }();
   return *s;
+}
+
+// ---- per-thread counts and sequence numbers ------------------------------------------------------
+
+// Gives the thread's block back when the thread ends. Its own thread_local, apart from
+// thread_state: thread_state must stay trivially destructible, because frees may still be recorded
+// while a thread's other thread_locals are destroyed; those go to the fallback block.
+struct counts_owner {
+  counts_owner() = default;
+  counts_owner(const counts_owner&) = delete;
+  counts_owner& operator=(const counts_owner&) = delete;
+  counts_owner(counts_owner&&) = delete;
+  counts_owner& operator=(counts_owner&&) = delete;
+  ~counts_owner() {
+    detail::thread_state& mine = this_thread;
+    if (mine.counts != nullptr && !mine.counts->shared) {
+      mine.counts->owned.store(false, std::memory_order_release);
+    }
+    mine.counts = &state().fallback_counts;
+  }
+};
+
+detail::thread_counts& claim_counts(detail::thread_state& mine) noexcept {
+  static thread_local counts_owner owner;  // registers the thread's exit hook
+  static_cast<void>(owner);
+  ledger_state& st = state();
+  detail::thread_counts* head = st.thread_counts.load(std::memory_order_acquire);
+  for (detail::thread_counts* block = head; block != nullptr; block = block->next) {
+    bool owned = false;
+    if (!block->owned.load(std::memory_order_relaxed) &&
+        block->owned.compare_exchange_strong(owned, true, std::memory_order_acquire)) {
+      mine.counts = block;
+      return *block;
+    }
+  }
+  auto* made = new (std::nothrow) detail::thread_counts();
+  if (made == nullptr) {
+    mine.counts = &st.fallback_counts;
+    return *mine.counts;
+  }
+  made->owned.store(true, std::memory_order_relaxed);
+  made->next = head;
+  while (!st.thread_counts.compare_exchange_weak(made->next, made, std::memory_order_acq_rel)) {
+  }
+  mine.counts = made;
+  return *made;
+}
+
+detail::thread_counts& counts_of(detail::thread_state& mine) noexcept {
+  return mine.counts != nullptr ? *mine.counts : claim_counts(mine);
+}
+
+// Sequence numbers are handed to threads in blocks, so the global counter is touched once per
+// this many allocations of a thread: numbers are unique and increase within a thread.
+constexpr std::uint64_t sequence_block = 256;
+
+std::uint64_t next_sequence(detail::thread_state& mine) noexcept {
+  if (mine.sequence_next == mine.sequence_end) {
+    mine.sequence_next = state().sequence.fetch_add(sequence_block, std::memory_order_relaxed) + 1;
+    mine.sequence_end = mine.sequence_next + sequence_block;
+  }
+  return mine.sequence_next++;
+}
+
+// The counters of one device slot or tag: live bytes and peaks from their atomic, counts summed
+// over every thread's block.
+template <typename Select>
+counters read_counters(const live_counter& live, Select select) noexcept {
+  counters c;
+  c.current_bytes = live.current.load(std::memory_order_relaxed);
+  c.peak_bytes = live.peak.load(std::memory_order_relaxed);
+  c.phase_peak_bytes = live.phase_peak.load(std::memory_order_relaxed);
+  for (const detail::thread_counts* block = state().thread_counts.load(std::memory_order_acquire);
+       block != nullptr; block = block->next) {
+    const event_counts& e = select(*block);
+    c.total_bytes += e.total.load(std::memory_order_relaxed);
+    c.allocations += e.allocations.load(std::memory_order_relaxed);
+    c.frees += e.frees.load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+counters read_device(int slot) noexcept {
+  return read_counters(state().devices[static_cast<std::size_t>(slot)],
+                       [slot](const detail::thread_counts& b) -> const event_counts& {
+                         return b.devices[static_cast<std::size_t>(slot)];
+                       });
+}
+
+counters read_tag(int tag) noexcept {
+  return read_counters(state().tag_counters[static_cast<std::size_t>(tag)],
+                       [tag](const detail::thread_counts& b) -> const event_counts& {
+                         return b.tags[static_cast<std::size_t>(tag)];
+                       });
 }
 
 shard& shard_for(std::uint64_t hash) noexcept {
@@ -316,12 +468,13 @@ bool reserve_one(shard& s) noexcept {
   }
 }
 
-void insert(shard& s, const allocation_record& record, std::uint64_t hash) noexcept {
+// The empty slot a new record of this hash goes into, counted as used.
+allocation_record& insert(shard& s, std::uint64_t hash) noexcept {
   const std::size_t mask = s.slots.size() - 1;
   std::size_t i = hash & mask;
   while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
-  s.slots[i] = record;
   ++s.used;
+  return s.slots[i];
 }
 
 // Backward-shift deletion: later entries of the probe run move up, so no tombstones are needed.
@@ -362,6 +515,7 @@ struct tsc_clock {
   bool usable = false;
   std::uint64_t base_ticks = 0;
   std::chrono::steady_clock::time_point base_time;
+  std::int64_t base_since_start_ns = 0;  // base_time - the ledger's start, fixed at construction
   std::atomic<double> ns_per_tick{0.0};
 
   tsc_clock() {
@@ -382,6 +536,7 @@ struct tsc_clock {
     if (ticks <= base_ticks) { return; }
     ns_per_tick.store(static_cast<double>((now - base_time).count()) / static_cast<double>(ticks - base_ticks),
                       std::memory_order_relaxed);
+    base_since_start_ns = (base_time - state().start).count();
     usable = true;
 #endif
   }
@@ -394,18 +549,35 @@ tsc_clock& fast_clock() {
 
 }  // namespace
 
-std::int64_t detail::now_ns() noexcept {
+namespace {
+
+// The clock's raw reading: TSC ticks where the TSC is used, else steady_clock nanoseconds since
+// the ledger started. The live table keeps raw readings (the conversion's multiply is left to the
+// snapshot, which also converts with the scale refined since).
+__attribute__((always_inline)) inline std::int64_t now_ticks() noexcept {
   static tsc_clock& clock = fast_clock();
-  const ledger_state& st = state();
+#if defined(__x86_64__)
+  if (clock.usable) { return static_cast<std::int64_t>(__rdtsc()); }
+#endif
+  return (std::chrono::steady_clock::now() - state().start).count();
+}
+
+__attribute__((always_inline)) inline std::int64_t ticks_to_ns(std::int64_t ticks) noexcept {
+  static tsc_clock& clock = fast_clock();
 #if defined(__x86_64__)
   if (clock.usable) {
-    const auto since_base = static_cast<double>(__rdtsc() - clock.base_ticks) *
+    // No call in here: a call between the multiply's operands made the compiler spill them.
+    const auto since_base = static_cast<double>(static_cast<std::uint64_t>(ticks) - clock.base_ticks) *
                             clock.ns_per_tick.load(std::memory_order_relaxed);
-    return static_cast<std::int64_t>(since_base) + (clock.base_time - st.start).count();
+    return static_cast<std::int64_t>(since_base) + clock.base_since_start_ns;
   }
 #endif
-  return (std::chrono::steady_clock::now() - st.start).count();
+  return ticks;
 }
+
+}  // namespace
+
+std::int64_t detail::now_ns() noexcept { return ticks_to_ns(now_ticks()); }
 
 void detail::refine_clock() noexcept {
 #if defined(__x86_64__)
@@ -518,42 +690,54 @@ void report_misuse(const misuse_report& m) noexcept {
 void record_allocation(const allocation_event& event) noexcept {
   if (event.ptr == nullptr) { return; }
   ledger_state& st = state();
-  allocation_record record;
-  record.ptr = event.ptr;
-  record.bytes = event.bytes;
-  record.device = event.device;
-  record.stream = event.stream;
-  record.kind = event.kind;
   detail::thread_state& mine = this_thread;
-  record.tag = mine.tag;
-  record.thread = detail::thread_id(mine);
-  record.time_ns = detail::now_ns();
-  record.site = maybe_capture_site();
-  if (record.site != no_site) { count_site(record.site, event.bytes); }
+  const tag_id tag = mine.tag;
+  const std::uint32_t thread = detail::thread_id(mine);
+  const std::int64_t ticks = now_ticks();
+  const site_id site = maybe_capture_site();
+  const std::uint64_t sequence = next_sequence(mine);
+  if (site != no_site) { count_site(site, event.bytes); }
+  detail::thread_counts& counts = counts_of(mine);
+  const int slot = device_slot_of(event.device);
 
   const std::uint64_t hash = mix(event.ptr);
   shard& s = shard_for(hash);
   const std::lock_guard<spin_mutex> lock(s.mutex);
-  record.sequence = st.sequence.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (allocation_record* stale = find(s, event.ptr, hash)) {
+  allocation_record* record = find(s, event.ptr, hash);
+  if (record != nullptr) {
     // The upstream handed out a live address again: the earlier block was freed behind the
     // tracker's back. Count it as freed so the counters stay true.
-    if (!inherited(st, *stale)) {
-      st.devices[device_slot_of(stale->device)].remove(stale->bytes);
-      st.tag_counters[stale->tag].remove(stale->bytes);
+    if (!inherited(st, *record)) {
+      st.devices[device_slot_of(record->device)].remove(record->bytes);
+      st.tag_counters[record->tag].remove(record->bytes);
+      count_free(counts, device_slot_of(record->device), record->tag);
     }
-    *stale = record;
   } else {
     if (!reserve_one(s)) { return; }  // out of memory: this allocation goes untracked
-    insert(s, record, hash);
+    record = &insert(s, hash);
   }
-  st.devices[device_slot_of(record.device)].add(record.bytes);
-  st.tag_counters[record.tag].add(record.bytes);
-  detail::thread_memory& counts = mine.memory;
-  counts.allocated_bytes += record.bytes;
-  ++counts.allocations;
-  counts.net += static_cast<std::int64_t>(record.bytes);
-  if (counts.net > counts.peak) { counts.peak = counts.net; }
+  // Field by field into the table: a record built on the stack and copied in whole is read back
+  // in 16-byte pieces just after its narrower fields were stored, which stalls the copy.
+  record->ptr = event.ptr;
+  record->bytes = event.bytes;
+  record->device = event.device;
+  record->stream = event.stream;
+  record->kind = event.kind;
+  record->tag = tag;
+  record->thread = thread;
+  record->time_ns = ticks;  // raw: the snapshot converts
+  record->site = site;
+  record->sequence = sequence;
+  // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
+  // and the live table of one instant.
+  st.devices[static_cast<std::size_t>(slot)].add(event.bytes);
+  st.tag_counters[tag].add(event.bytes);
+  count_allocation(counts, slot, tag, event.bytes);
+  detail::thread_memory& memory = mine.memory;
+  memory.allocated_bytes += event.bytes;
+  ++memory.allocations;
+  memory.net += static_cast<std::int64_t>(event.bytes);
+  if (memory.net > memory.peak) { memory.peak = memory.net; }
 }
 
 namespace {
@@ -564,12 +748,15 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   ledger_state& st = state();
   const std::uint64_t hash = mix(ptr);
   shard& s = shard_for(hash);
-  misuse_report misuses[2] = {};
+  // Filled only when misuse is found: zeroing it on every free (a rep stos) was measurable.
+  misuse_report misuses[2];  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
   int misuse_count = 0;
   // Where each free happened is kept (for "first freed at" in a double-free report) only with
   // stacks=all: a capture per free would undo what sampling saves.
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
   const site_id freed_at = capture ? capture_site_now() : no_site;
+  detail::thread_state& mine = this_thread;
+  detail::thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
   {
     const std::lock_guard<spin_mutex> lock(s.mutex);
     if (allocation_record* slot = find(s, ptr, hash)) {
@@ -594,10 +781,11 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
       st.devices[device_slot_of(slot->device)].remove(slot->bytes);
       st.tag_counters[slot->tag].remove(slot->bytes);
-      detail::thread_memory& counts = this_thread.memory;
-      counts.freed_bytes += slot->bytes;
-      ++counts.frees;
-      counts.net -= static_cast<std::int64_t>(slot->bytes);
+      count_free(counts, device_slot_of(slot->device), slot->tag);
+      detail::thread_memory& memory = mine.memory;
+      memory.freed_bytes += slot->bytes;
+      ++memory.frees;
+      memory.net -= static_cast<std::int64_t>(slot->bytes);
       erase(s, slot);
     } else {
       const recent_free* earlier = nullptr;
@@ -648,17 +836,19 @@ ledger_snapshot snapshot(bool with_live) {
   std::array<bool, max_tags> tag_used{};
   if (with_live) {
     std::size_t estimate = 0;  // from the atomic counters: the shards' own sizes need their locks
-    for (const atomic_counters& c : st.devices) { estimate += c.read().live_count(); }
+    for (int i = 0; i < device_slots; ++i) {
+      if (st.devices[static_cast<std::size_t>(i)].ever_used()) { estimate += read_device(i).live_count(); }
+    }
     live.reserve(estimate + estimate / 4 + 16);  // allocate before taking the locks
   }
   for (shard& s : st.shards) { s.mutex.lock(); }
   for (int i = 0; i < device_slots; ++i) {
-    device_used[i] = st.devices[i].used();
-    if (device_used[i]) { devices[i] = st.devices[i].read(); }
+    device_used[i] = st.devices[i].ever_used();
+    if (device_used[i]) { devices[i] = read_device(i); }
   }
   for (int i = 0; i < max_tags; ++i) {
-    tag_used[i] = st.tag_counters[i].used();
-    if (tag_used[i]) { tag_values[i] = st.tag_counters[i].read(); }
+    tag_used[i] = st.tag_counters[i].ever_used();
+    if (tag_used[i]) { tag_values[i] = read_tag(i); }
   }
   snap.misuse = misuse();
   bool live_complete = true;
@@ -676,6 +866,7 @@ ledger_snapshot snapshot(bool with_live) {
   }
   for (shard& s : st.shards) { s.mutex.unlock(); }
   if (!live_complete) { return snapshot(true); }  // the live set grew between estimate and lock
+  for (allocation_record& record : live) { record.time_ns = ticks_to_ns(record.time_ns); }
 
   for (int i = 0; i < device_slots; ++i) {
     if (device_used[i]) { snap.devices.emplace_back(i == 0 ? host_device_id : i - 1, devices[i]); }
@@ -690,13 +881,13 @@ ledger_snapshot snapshot(bool with_live) {
   return snap;
 }
 
-counters device_counters(int device) noexcept { return state().devices[device_slot_of(device)].read(); }
+counters device_counters(int device) noexcept { return read_device(device_slot_of(device)); }
 
 void reset_phase_peak() noexcept {
   ledger_state& st = state();
   for (shard& s : st.shards) { s.mutex.lock(); }
-  for (atomic_counters& c : st.devices) { c.reset_phase(); }
-  for (atomic_counters& c : st.tag_counters) { c.reset_phase(); }
+  for (live_counter& c : st.devices) { c.reset_phase(); }
+  for (live_counter& c : st.tag_counters) { c.reset_phase(); }
   for (shard& s : st.shards) { s.mutex.unlock(); }
 }
 
@@ -764,7 +955,7 @@ std::vector<int> detail::active_devices() {
   std::vector<int> devices;
   const ledger_state& st = state();
   for (int i = 0; i < device_slots; ++i) {
-    if (st.devices[i].used()) { devices.push_back(i == 0 ? host_device_id : i - 1); }
+    if (st.devices[i].ever_used()) { devices.push_back(i == 0 ? host_device_id : i - 1); }
   }
   return devices;
 }
@@ -774,7 +965,7 @@ void detail::arm_crossing(int device, std::size_t bytes) noexcept {
 }
 
 std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
-  atomic_counters& c = state().devices[device_slot_of(device)];
+  live_counter& c = state().devices[device_slot_of(device)];
   if (c.crossing_state.load(std::memory_order_acquire) != 2) { return std::nullopt; }
   const crossing seen{c.crossed_bytes, c.crossed_ns};
   c.crossing_state.store(0, std::memory_order_release);
@@ -782,7 +973,7 @@ std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
 }
 
 std::size_t detail::take_interval_peak(int device) noexcept {
-  atomic_counters& c = state().devices[device_slot_of(device)];
+  live_counter& c = state().devices[device_slot_of(device)];
   // Start the next interval at the live bytes of now; an allocation racing with this raises it.
   return c.interval_peak.exchange(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }

@@ -23,6 +23,10 @@ struct thread_memory {
   std::int64_t peak = 0;  ///< most `net` has been since the innermost open scope began
 };
 
+/// The ledger's per-thread counts (allocations, frees and bytes ever allocated, per device and per
+/// tag), defined in ledger.cpp: only the owning thread writes them, readers fold every thread's.
+struct thread_counts;
+
 /// Everything gpuguard keeps per thread, in one thread-local object: in a shared library each
 /// distinct thread_local costs a call to find it, and the hot paths (recording an allocation,
 /// entering and leaving an operation scope) look it up once.
@@ -33,6 +37,9 @@ struct thread_state {
   void* innermost_scope = nullptr;     ///< the innermost open op_scope of the thread
   std::int32_t tid = 0;                ///< the OS thread id; 0 until the outputs first need it
   bool named = false;                  ///< the thread's name has been queued for the outputs
+  thread_counts* counts = nullptr;     ///< the thread's counts; claimed on its first record
+  std::uint64_t sequence_next = 0;     ///< the next sequence number of the thread's block
+  std::uint64_t sequence_end = 0;      ///< one past the block's last
 };
 
 thread_state& this_thread_state() noexcept;

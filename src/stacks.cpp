@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
+#include <unwind.h>
 #include <map>
 #include <unistd.h>
 #include <cstdint>
@@ -116,13 +118,176 @@ bool in_skipped_module(const void* address, std::size_t count) noexcept {
   return false;
 }
 
+// ---- the capture cache ---------------------------------------------------------------------------
+//
+// A DWARF unwind (libgcc's _Unwind_Backtrace, which Boost.Stacktrace and glibc's backtrace use)
+// costs a few hundred nanoseconds per frame: it finds and interprets each frame's CFI. Allocation
+// sites repeat, so each thread keeps the stacks it captured, each with where in the stack every
+// return address of it was found (on x86-64 a frame's return address lies just below its CFA).
+// A capture whose own frame is at the same address as a cached one's reads those stack slots:
+// if each still holds the cached return address, this is the same chain of calls, and the cached
+// frames are returned without unwinding. Induction from the capture outward: the innermost slot is
+// the capture's own return address, so equal means the same caller at the same call; a caller of
+// fixed frame size then has its own return address at the cached slot, and so on out. (A frame
+// whose size varies at the same call, alloca, can put a slot on stale memory that happens to hold
+// the cached value; the cache then repeats an earlier stack of the same depth.) Slots are read
+// only within the thread's own stack, above the capture's frame.
+
+#if defined(__x86_64__)
+
+struct unwind_walk {
+  std::size_t wanted = 0;
+  std::size_t count = 0;          // frames kept in ips (frame 0, the capture itself, is not kept)
+  bool seen_capture = false;
+  bool consistent = true;         // every slot held its frame's address
+  void** ips = nullptr;
+  void* const** slots = nullptr;  // slots[i]: where ips[i] lies in the stack
+};
+
+// libgcc's context for a frame holds as its "CFA" the stack pointer of that frame, which is the
+// CFA of the frame it called: the frame's own address (the return address into it) lies just
+// below it.
+_Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
+  auto& walk = *static_cast<unwind_walk*>(arg);
+  if (!walk.seen_capture) {  // frame 0: the capture function itself
+    walk.seen_capture = true;
+    return _URC_NO_REASON;
+  }
+  void* const ip = reinterpret_cast<void*>(_Unwind_GetIP(context));  // NOLINT(performance-no-int-to-ptr)
+  if (ip == nullptr) { return _URC_END_OF_STACK; }
+  const auto sp = static_cast<std::uintptr_t>(_Unwind_GetCFA(context));
+  void* const* slot = reinterpret_cast<void* const*>(sp - sizeof(void*));  // NOLINT(performance-no-int-to-ptr)
+  if (*slot != ip) { walk.consistent = false; }
+  walk.ips[walk.count] = ip;
+  walk.slots[walk.count] = slot;
+  return ++walk.count == walk.wanted ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+constexpr std::size_t cache_ways = 32;
+
+struct cached_stack {
+  std::uintptr_t anchor = 0;   // the capture's frame address; 0: empty
+  std::size_t wanted = 0;
+  std::size_t count = 0;
+  std::array<void*, max_stack_depth> ips{};
+  std::array<void* const*, max_stack_depth> slots{};
+};
+
+struct stack_cache {
+  std::uintptr_t stack_low = 0;   // the thread's stack, from pthread_getattr_np
+  std::uintptr_t stack_high = 0;
+  std::size_t next_victim = 0;
+  std::uint64_t hits = 0;
+  std::array<cached_stack, cache_ways> entries{};
+};
+
+// The thread's cache: made on its first capture, freed when the thread ends. After that (captures
+// from later thread_local destructors) the thread unwinds without it.
+stack_cache* const cache_gone = reinterpret_cast<stack_cache*>(std::uintptr_t{1});  // NOLINT(performance-no-int-to-ptr)
+thread_local stack_cache* this_thread_cache = nullptr;
+
+struct cache_owner {
+  cache_owner() = default;
+  cache_owner(const cache_owner&) = delete;
+  cache_owner& operator=(const cache_owner&) = delete;
+  cache_owner(cache_owner&&) = delete;
+  cache_owner& operator=(cache_owner&&) = delete;
+  ~cache_owner() {
+    if (this_thread_cache != cache_gone) { delete this_thread_cache; }
+    this_thread_cache = cache_gone;
+  }
+};
+
+stack_cache* thread_cache() noexcept {
+  if (this_thread_cache != nullptr) { return this_thread_cache == cache_gone ? nullptr : this_thread_cache; }
+  static thread_local cache_owner owner;  // frees the cache when the thread ends
+  static_cast<void>(owner);
+  auto* made = new (std::nothrow) stack_cache();
+  pthread_attr_t attr;
+  void* low = nullptr;
+  std::size_t size = 0;
+  if (made != nullptr && ::pthread_getattr_np(::pthread_self(), &attr) == 0) {
+    if (::pthread_attr_getstack(&attr, &low, &size) == 0) {
+      made->stack_low = reinterpret_cast<std::uintptr_t>(low);
+      made->stack_high = made->stack_low + size;
+    }
+    ::pthread_attr_destroy(&attr);
+  }
+  if (made == nullptr || made->stack_high == 0) {
+    delete made;
+    this_thread_cache = cache_gone;
+    return nullptr;
+  }
+  this_thread_cache = made;
+  return made;
+}
+
+// Not inlined: its frame address is the key, and the verification starts at its return address.
+__attribute__((noinline)) std::size_t capture_cached(void** frames, std::size_t depth) noexcept {
+  const auto anchor = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  stack_cache* cache = thread_cache();
+  if (cache == nullptr || anchor < cache->stack_low || anchor >= cache->stack_high) {
+    return capture_frames(frames, depth);  // another stack (a fiber's, a signal's): no cache
+  }
+  const std::size_t first = ((anchor >> 4) ^ depth) % cache_ways;
+  for (std::size_t way = 0; way < 2; ++way) {
+    const cached_stack& entry = cache->entries[(first + way) % cache_ways];
+    if (entry.anchor != anchor || entry.wanted != depth) { continue; }
+    bool same = true;
+    for (std::size_t i = 0; i < entry.count && same; ++i) { same = *entry.slots[i] == entry.ips[i]; }
+    if (same) {
+      ++cache->hits;
+      std::memcpy(frames, entry.ips.data(), entry.count * sizeof(void*));
+      return entry.count;
+    }
+  }
+  cached_stack fresh;
+  unwind_walk walk;
+  walk.wanted = depth;
+  walk.ips = fresh.ips.data();
+  walk.slots = fresh.slots.data();
+  _Unwind_Backtrace(record_frame, &walk);
+  std::memcpy(frames, fresh.ips.data(), walk.count * sizeof(void*));
+  bool inside = walk.consistent;
+  for (std::size_t i = 0; i < walk.count && inside; ++i) {
+    const auto slot = reinterpret_cast<std::uintptr_t>(walk.slots[i]);
+    inside = slot > anchor && slot + sizeof(void*) <= cache->stack_high;
+  }
+  if (inside && walk.count > 0) {  // a chain the slots can vouch for: keep it
+    fresh.anchor = anchor;
+    fresh.wanted = depth;
+    fresh.count = walk.count;
+    std::size_t way = first;
+    if (cache->entries[way].anchor != 0) {
+      way = (first + 1) % cache_ways;
+      if (cache->entries[way].anchor != 0) { way = (first + (cache->next_victim++ & 1U)) % cache_ways; }
+    }
+    cache->entries[way] = fresh;
+  }
+  return walk.count;
+}
+
+#else
+
+std::size_t capture_cached(void** frames, std::size_t depth) noexcept { return capture_frames(frames, depth); }
+
+#endif
+
 }  // namespace
+
+std::uint64_t cached_captures() noexcept {
+#if defined(__x86_64__)
+  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache->hits : 0;
+#else
+  return 0;
+#endif
+}
 
 std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept {
   const std::size_t ranges = skipped_count.load(std::memory_order_acquire);
-  if (ranges == 0) { return capture_frames(frames, depth); }
+  if (ranges == 0) { return capture_cached(frames, std::min(depth, max_stack_depth)); }
   std::array<void*, max_stack_depth> all{};
-  const std::size_t got = capture_frames(all.data(), max_stack_depth);
+  const std::size_t got = capture_cached(all.data(), max_stack_depth);
   std::size_t first = 0;
   while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
   const std::size_t count = std::min(got - first, depth);

@@ -20,6 +20,10 @@ std::size_t capture_frames(void** frames, std::size_t depth) noexcept;
 /// on the code that asked for the memory. No allocation, no locks.
 std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept;
 
+/// How many of the calling thread's captures (capture_caller_frames) its capture cache answered
+/// without unwinding. For tests.
+std::uint64_t cached_captures() noexcept;
+
 /// The site for these frames: the same frames always give the same id. Allocates only the first
 /// time a stack is seen. Returns no_site if interning fails (out of memory).
 site_id intern_site(void* const* frames, std::size_t count) noexcept;

@@ -51,7 +51,10 @@ struct allocation_record {
   std::uint32_t thread = 0;   ///< gpuguard's small id for the allocating thread (1, 2, ...)
   std::int64_t time_ns = 0;   ///< nanoseconds since the ledger started (steady clock)
   site_id site = no_site;
-  std::uint64_t sequence = 0; ///< 1 for the first allocation of the process, 2 for the next, ...
+  /// Unique per allocation and increasing within each thread. Threads take numbers in blocks
+  /// (so that allocating needs no shared counter): across threads they follow the blocks, not the
+  /// exact order of allocation (time_ns gives that).
+  std::uint64_t sequence = 0;
 };
 
 /// Kinds of misuse the ledger detects when memory is freed.

@@ -9,8 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -106,6 +110,215 @@ TEST(ledger_stress, counters_exact_and_snapshots_consistent_under_8_threads) {
   EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
   EXPECT_EQ(inconsistent.load(), 0) << "of " << snapshots.load() << " snapshots";
   EXPECT_GT(snapshots.load(), 0);
+}
+
+// Lets a fixed number of threads wait for each other, again and again (C++17 has no std::barrier).
+class round_barrier {
+ public:
+  explicit round_barrier(int threads) : threads_(threads) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int round = round_;
+    if (++waiting_ == threads_) {
+      waiting_ = 0;
+      ++round_;
+      wake_.notify_all();
+      return;
+    }
+    wake_.wait(lock, [&] { return round_ != round; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  int threads_;
+  int waiting_ = 0;
+  int round_ = 0;
+};
+
+// The ledger's peaks must be the most bytes live *at once*, not a sum of what each thread (or each
+// shard of a counter) held at its own worst. In each round every thread holds random blocks at the
+// same time, then all free them: the live bytes of the device and of the tag reach exactly the
+// round's sum at the barrier and never more, so the exact peak is the largest round sum, and the
+// phase peak after reset_phase_peak() is the largest sum of the later rounds. A peak folded from
+// per-thread peaks would give the sum of each thread's own largest holding, which random sizes make
+// larger. Between their blocks the threads hammer the same counters with zero-byte allocations, so
+// the blocks' adds race with many others.
+TEST(ledger_stress, peaks_exact_when_threads_hold_memory_at_once) {
+  constexpr int device = 51;
+  constexpr int threads = 8;
+  constexpr int rounds = 400;
+  constexpr int phase_from = rounds / 2;  // reset_phase_peak() before this round
+  const std::uint64_t misuse_before = gpuguard::misuse().total();
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  const std::string tag = "ledger_stress.peaks_exact";
+
+  constexpr int churn = 50;  // racing pairs per thread per round
+  const auto pair_bytes = [](std::size_t freed) { return std::min<std::size_t>(freed, 4096); };
+  // Every thread's holdings of every round, drawn up front so the expected peaks are known.
+  std::mt19937_64 random(20261204);
+  std::uniform_int_distribution<std::size_t> blocks(0, 3);
+  std::uniform_int_distribution<std::size_t> size(1, 1U << 20);
+  std::vector<std::vector<std::vector<std::size_t>>> plan(
+      threads, std::vector<std::vector<std::size_t>>(rounds));
+  std::size_t expected_peak = 0;
+  std::size_t expected_phase_peak = 0;
+  std::size_t sum_of_thread_peaks = 0;
+  std::size_t expected_total = 0;
+  std::size_t expected_allocations = 0;
+  for (int t = 0; t < threads; ++t) {
+    std::size_t thread_peak = 0;
+    for (int r = 0; r < rounds; ++r) {
+      std::size_t held = 0;
+      for (std::size_t b = blocks(random); b > 0; --b) {
+        plan[t][r].push_back(size(random));
+        held += plan[t][r].back();
+      }
+      thread_peak = std::max(thread_peak, held);
+    }
+    sum_of_thread_peaks += thread_peak;
+  }
+  for (int r = 0; r < rounds; ++r) {
+    std::size_t sum = 0;
+    for (int t = 0; t < threads; ++t) {
+      std::size_t held = 0;
+      for (const std::size_t bytes : plan[t][r]) { held += bytes; }
+      sum += held;
+      expected_allocations += plan[t][r].size() * (1 + churn / 4);
+      if (held > 0) {
+        expected_allocations += churn;
+        expected_total += churn * std::min<std::size_t>(held, 4096);
+      }
+    }
+    expected_total += sum;
+    expected_peak = std::max(expected_peak, sum);
+    if (r >= phase_from) { expected_phase_peak = std::max(expected_phase_peak, sum); }
+  }
+  ASSERT_LT(expected_peak, sum_of_thread_peaks) << "the plan cannot tell the two kinds of peak apart";
+
+  round_barrier barrier(threads);
+  struct alignas(64) zero_byte_block {
+    char byte = 0;
+  };
+  std::vector<zero_byte_block> zero_byte_blocks(threads);
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      GPUGUARD_TAG(tag);
+      std::vector<void*> held;
+      for (int r = 0; r < rounds; ++r) {
+        for (const std::size_t bytes : plan[t][r]) {
+          for (int i = 0; i < churn / 4; ++i) {  // a resource returns nullptr for 0 bytes: the ledger itself
+            gpuguard::record_allocation({&zero_byte_blocks[t], 0, device, nullptr, gpuguard::memory_kind::host});
+            static_cast<void>(gpuguard::record_free(&zero_byte_blocks[t], 0, gpuguard::host_device_id, nullptr));
+          }
+          held.push_back(tracked.allocate(bytes));
+        }
+        barrier.arrive_and_wait();  // every block of the round is live now
+        std::size_t freed = 0;
+        for (std::size_t i = 0; i < held.size(); ++i) {
+          tracked.deallocate(held[i], plan[t][r][i]);
+          freed += plan[t][r][i];
+        }
+        held.clear();
+        // Pairs no larger than what this thread just gave back cannot raise the live bytes past
+        // the round's sum: they race with the other threads' frees and pairs.
+        for (int i = 0; freed > 0 && i < churn; ++i) {
+          tracked.deallocate(tracked.allocate(pair_bytes(freed)), pair_bytes(freed));
+        }
+        barrier.arrive_and_wait();  // all freed
+        if (r + 1 == phase_from) {
+          if (t == 0) { gpuguard::reset_phase_peak(); }
+          barrier.arrive_and_wait();
+        }
+      }
+    });
+  }
+  for (std::thread& w : workers) { w.join(); }
+
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.peak_bytes, expected_peak) << "sum of per-thread peaks: " << sum_of_thread_peaks;
+  EXPECT_EQ(c.phase_peak_bytes, expected_phase_peak);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(c.total_bytes, expected_total);
+  EXPECT_EQ(c.allocations - c.frees, 0U);
+  EXPECT_EQ(c.allocations, expected_allocations);
+  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
+  // Past 256 distinct tags (other tests in this program make many) a new name shares "(other)",
+  // whose counters hold other tests' memory too: then only the device's figures are judged.
+  // tsan.ledger_stress runs these tests on their own, where the tag always has its own counters.
+  if (gpuguard::tag_name(gpuguard::intern_tag(tag)) != tag) {
+    std::printf("note: the tag table is full; the tag's peaks are not judged in this run\n");
+    return;
+  }
+  bool tag_seen = false;
+  for (const auto& [name, figures] : gpuguard::snapshot(false).tags) {
+    if (name != tag) { continue; }
+    tag_seen = true;
+    EXPECT_EQ(figures.peak_bytes, expected_peak);
+    EXPECT_EQ(figures.phase_peak_bytes, expected_phase_peak);
+    EXPECT_EQ(figures.total_bytes, expected_total);
+    EXPECT_EQ(figures.allocations, expected_allocations);
+    EXPECT_EQ(figures.current_bytes, 0U);
+  }
+  EXPECT_TRUE(tag_seen);
+}
+
+// Counts are kept per thread and summed when read; a thread that ends hands its counts on to the
+// next new thread. Many short-lived threads, each freeing what another thread allocated, must
+// leave every count exact.
+TEST(ledger_stress, counts_exact_across_short_lived_threads) {
+  constexpr int device = 52;
+  constexpr int generations = 40;
+  constexpr int threads = 4;
+  constexpr int per_thread = 500;
+  gpuguard::host_memory_resource host;
+  gpuguard::tracking_resource tracked(host, device);
+  std::vector<std::pair<void*, std::size_t>> handed_on;  // allocated by one generation, freed by the next
+  std::size_t expected_total = 0;
+  std::uint64_t expected_allocations = 0;
+  std::size_t peak_seen = 0;
+  for (int g = 0; g < generations; ++g) {
+    std::vector<std::vector<std::pair<void*, std::size_t>>> made(threads);
+    std::vector<std::thread> workers;
+    workers.reserve(threads);
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        for (int i = 0; i < per_thread; ++i) {
+          const std::size_t bytes = 1 + static_cast<std::size_t>((g * 131 + t * 17 + i) % 1000);
+          made[t].emplace_back(tracked.allocate(bytes), bytes);
+        }
+        // Free a share of the previous generation's blocks, which other threads allocated.
+        for (std::size_t i = static_cast<std::size_t>(t); i < handed_on.size(); i += threads) {
+          tracked.deallocate(handed_on[i].first, handed_on[i].second);
+        }
+      });
+    }
+    for (std::thread& w : workers) { w.join(); }
+    std::size_t live = 0;
+    handed_on.clear();
+    for (const auto& list : made) {
+      for (const auto& block : list) {
+        handed_on.push_back(block);
+        expected_total += block.second;
+        live += block.second;
+        ++expected_allocations;
+      }
+    }
+    peak_seen = std::max(peak_seen, live);
+    const gpuguard::counters c = gpuguard::device_counters(device);
+    EXPECT_EQ(c.current_bytes, live) << "generation " << g;
+    EXPECT_EQ(c.allocations, expected_allocations) << "generation " << g;
+    EXPECT_EQ(c.frees, expected_allocations - handed_on.size()) << "generation " << g;
+    EXPECT_EQ(c.total_bytes, expected_total) << "generation " << g;
+  }
+  for (const auto& [ptr, bytes] : handed_on) { tracked.deallocate(ptr, bytes); }
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(c.frees, c.allocations);
+  EXPECT_GE(c.peak_bytes, peak_seen);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,10 @@ cuda_async_memory_resource& stream_ordered() {
 struct recorded_streams {
   std::mutex mutex;
   std::unordered_map<void*, std::vector<cudaStream_t>> streams;
+  // streams.size(), readable without the mutex: most programs never call record_stream, and their
+  // frees then skip the lock and the lookup. A block's record_stream happens before its free (the
+  // caching allocator's rule too), so a free that reads 0 has nothing recorded to wait for.
+  std::atomic<std::size_t> count{0};
 };
 recorded_streams& recorded() {
   static auto* table = new recorded_streams();  // NOLINT(cppcoreguidelines-owning-memory): frees may come during exit
@@ -184,12 +189,12 @@ void swap_deallocate(void* ptr, std::size_t bytes, int device, cudaStream_t stre
   if (ptr == nullptr) { return; }
   const gpuguard::detail::teardown_device_guard on(device, "swap-in free (enter the device)");
   std::vector<cudaStream_t> others;
-  {
-    recorded_streams& table = recorded();
+  if (recorded_streams& table = recorded(); table.count.load(std::memory_order_acquire) != 0) {
     const std::lock_guard<std::mutex> lock(table.mutex);
     if (const auto found = table.streams.find(ptr); found != table.streams.end()) {
       others.swap(found->second);
       table.streams.erase(found);
+      table.count.store(table.streams.size(), std::memory_order_release);
     }
   }
   for (cudaStream_t other : others) {
@@ -204,6 +209,7 @@ void swap_record_stream(void* ptr, cudaStream_t stream) {
   recorded_streams& table = recorded();
   const std::lock_guard<std::mutex> lock(table.mutex);
   std::vector<cudaStream_t>& streams = table.streams[ptr];
+  table.count.store(table.streams.size(), std::memory_order_release);
   for (cudaStream_t s : streams) {
     if (s == stream) { return; }
   }
