@@ -6,6 +6,7 @@
 
 #include "ledger_internal.hpp"
 #include "stacks.hpp"
+#include "timeline.hpp"
 
 #include <algorithm>
 #include <array>
@@ -65,7 +66,7 @@ struct alignas(64) atomic_counters {
     while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
     }
   }
-  void add(std::size_t bytes) noexcept {
+  std::size_t add(std::size_t bytes) noexcept {  // returns the live bytes it left
     const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise_to(peak, now);
     raise_to(phase_peak, now);
@@ -73,6 +74,7 @@ struct alignas(64) atomic_counters {
     total.fetch_add(bytes, std::memory_order_relaxed);
     allocations.fetch_add(1, std::memory_order_relaxed);
     if (now >= alert_at.load(std::memory_order_relaxed)) { note_crossing(now); }
+    return now;
   }
   void note_crossing(std::size_t now) noexcept {
     int none = 0;
@@ -81,9 +83,10 @@ struct alignas(64) atomic_counters {
     crossed_ns = detail::now_ns();
     crossing_state.store(2, std::memory_order_release);
   }
-  void remove(std::size_t bytes) noexcept {
-    current.fetch_sub(bytes, std::memory_order_relaxed);
+  std::size_t remove(std::size_t bytes) noexcept {  // returns the live bytes it left
+    const std::size_t now = current.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
     frees.fetch_add(1, std::memory_order_relaxed);
+    return now;
   }
   void reset_phase() noexcept {
     phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -547,8 +550,9 @@ void record_allocation(const allocation_event& event) noexcept {
     if (!reserve_one(s)) { return; }  // out of memory: this allocation goes untracked
     insert(s, record, hash);
   }
-  st.devices[device_slot_of(record.device)].add(record.bytes);
+  const std::size_t live = st.devices[device_slot_of(record.device)].add(record.bytes);
   st.tag_counters[record.tag].add(record.bytes);
+  detail::note_mem_event(true, record, live, record.thread, record.time_ns);  // under the lock: before its free
   detail::thread_memory& counts = mine.memory;
   counts.allocated_bytes += record.bytes;
   ++counts.allocations;
@@ -592,9 +596,11 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       }
       s.recent[s.recent_next++ % recent_free_count] =
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
-      st.devices[device_slot_of(slot->device)].remove(slot->bytes);
+      const std::size_t live = st.devices[device_slot_of(slot->device)].remove(slot->bytes);
       st.tag_counters[slot->tag].remove(slot->bytes);
-      detail::thread_memory& counts = this_thread.memory;
+      detail::thread_state& mine = this_thread;
+      detail::note_mem_event(false, *slot, live, detail::thread_id(mine), -1);
+      detail::thread_memory& counts = mine.memory;
       counts.freed_bytes += slot->bytes;
       ++counts.frees;
       counts.net -= static_cast<std::int64_t>(slot->bytes);

@@ -18,6 +18,7 @@
 #include "quiet_thread.hpp"
 #include "report_json.hpp"
 #include "sinks.hpp"
+#include "timeline.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -55,6 +56,9 @@ using detail::queued_op;
 using queue_type = detail::event_queue<queued_op>;
 
 constexpr std::int64_t ms = 1000000;
+// Allocations and frees the timeline queue holds between two writer passes (48 bytes each); the
+// producers wake the writer each time a quarter of it has filled.
+constexpr std::size_t timeline_capacity = 65536;
 
 struct device_track {
   bool announced = false;
@@ -104,6 +108,9 @@ struct output_state {
   std::unordered_map<std::string, op_alert_state> op_alerts;
   std::unordered_map<int, device_track> tracks;
   std::unordered_set<std::uint32_t> threads_seen;
+  detail::mem_event_queue* timeline_spare = nullptr;  // never freed, as `spare`
+  detail::mem_event_queue* timeline = nullptr;        // the writer's: the queue it drains, or none
+  std::unique_ptr<detail::timeline_coalescer> coalescer;
   std::uint64_t dropped_reported = 0;
   int cuda_devices = -1;  // -1: not asked yet
 };
@@ -362,9 +369,28 @@ void report_drops(output_state& st) {
   each_sink(st, [&](detail::sink& s) { s.dropped(count, total, now); });
 }
 
+// The memory timeline: what the queue holds, what the producers folded while it was full, and the
+// steps still open (so that every pass leaves the files complete up to now).
+void drain_timeline(output_state& st) {
+  if (st.timeline == nullptr) { return; }
+  detail::timeline_coalescer& c = *st.coalescer;
+  const auto line = [&](const detail::mem_event& e) { each_sink(st, [&](detail::sink& s) { s.mem_event(e); }); };
+  const auto step = [&](const detail::mem_step& m) { each_sink(st, [&](detail::sink& s) { s.mem_step(m); }); };
+  detail::mem_event e;
+  while (st.timeline->try_pop(e)) { c.add(e, line, step); }
+  c.finish(step);
+  if (detail::overflow_devices() != 0) {
+    detail::mem_step folded;
+    for (const int device : detail::active_devices()) {
+      if (detail::take_overflow(device, folded)) { step(folded); }
+    }
+  }
+}
+
 void drain(output_state& st, queue_type& queue) {
   queued_op item;
   while (queue.try_pop(item)) { handle(st, item); }
+  drain_timeline(st);
 }
 
 void writer_main(output_state& st, queue_type& queue) {
@@ -413,6 +439,7 @@ std::unique_ptr<detail::sink> open_sink(const char* key, const std::string& valu
 void stop_locked(output_state& st, const char* reason, const leak_report* leaks) noexcept {
   if (st.writer == nullptr) { return; }
   queue_type* queue = st.queue.exchange(nullptr, std::memory_order_acq_rel);
+  detail::timeline_queue.store(nullptr, std::memory_order_release);
   st.flags.store(0, std::memory_order_release);
   {
     const std::lock_guard<std::mutex> lock(st.wake_mutex);
@@ -433,6 +460,8 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
   try {
     // The writer is gone: this thread owns the sinks now.
     if (queue != nullptr) { drain(st, *queue); }
+    drain_timeline(st);  // producers still inside a push have finished it by now, or fold
+    st.timeline = nullptr;
     report_drops(st);
     sample(st, true);
     detail::end_info last;
@@ -490,6 +519,8 @@ void outputs_off_in_forked_child() noexcept {
   new (&st.wake_mutex) std::mutex();   // NOLINT(cppcoreguidelines-owning-memory)
   new (&st.callback_mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
   st.queue.store(nullptr, std::memory_order_relaxed);
+  detail::timeline_queue.store(nullptr, std::memory_order_relaxed);
+  st.timeline = nullptr;
   st.flags.store(0, std::memory_order_relaxed);
   // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
   // the parent's: kept, never freed.
@@ -553,6 +584,21 @@ void start_outputs(const options& opts) noexcept {
     st.tracks.clear();
     st.threads_seen.clear();
     st.dropped_reported = 0;
+    // The memory timeline, when an output writes it (the text and Prometheus outputs do not).
+    st.timeline = nullptr;
+    const bool wants_timeline = opts.timeline_events != 0 && std::any_of(st.sinks.begin(), st.sinks.end(), [](const auto& s) {
+      return s->wants_timeline();
+    });
+    if (wants_timeline) {
+      if (st.timeline_spare == nullptr) {
+        st.timeline_spare = new detail::mem_event_queue(timeline_capacity);  // NOLINT: never freed, see output_state
+      } else {
+        detail::mem_event stale;
+        while (st.timeline_spare->try_pop(stale)) {}
+      }
+      st.timeline = st.timeline_spare;
+      st.coalescer = std::make_unique<detail::timeline_coalescer>(opts.timeline_events);
+    }
     st.queued_base = st.spare->claimed();
     st.dropped.store(0, std::memory_order_relaxed);
     st.written.store(0, std::memory_order_relaxed);
@@ -570,6 +616,7 @@ void start_outputs(const options& opts) noexcept {
     flags |= opts.nvtx ? detail::scope_nvtx : 0U;
     flags |= opts.op_device_query ? detail::scope_device_query : 0U;
     st.queue.store(queue, std::memory_order_release);
+    detail::timeline_queue.store(st.timeline, std::memory_order_release);
     st.flags.store(flags, std::memory_order_release);
     detail::register_exit_report();
   } catch (const std::exception& error) {
@@ -657,6 +704,8 @@ void detail::submit(const op_result& op, thread_state& thread) noexcept {
   thread.named = true;
   if ((position & st.wake_mask) == st.wake_mask) { st.wake.notify_one(); }
 }
+
+void detail::wake_writer() noexcept { state().wake.notify_one(); }
 
 void detail::stop_outputs_with(const char* reason, const leak_report* leaks) noexcept {
   output_state& st = state();

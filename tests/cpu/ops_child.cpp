@@ -8,6 +8,10 @@
 //   spike     1 MiB kept, a pause of 300 ms (the device is sampled), then 40 MiB allocated and
 //             freed at once, and the end 20 ms later: a spike far shorter than sample_ms
 //   spike_first  the same spike before anything else, and the end 20 ms later
+//   steps     1, 2 and 4 MiB allocated, 2 and 4 freed, 3 allocated and freed, 1 freed: live
+//             1, 3, 7, 3, 1, 4, 1, 0 MiB within a millisecond or so, far shorter than sample_ms
+//   many N    N allocations of 4 KiB through a ring of 8 (each freed when its slot comes round),
+//             one of them (the N/2-th) 64 MiB: the peak is 7 * 4 KiB + 64 MiB for microseconds
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/op_scope.hpp>
@@ -161,6 +165,30 @@ int spike(bool pause_first) {
   return 0;
 }
 
+// Every step of the memory timeline, faster than any sampling.
+int steps() {
+  gpuguard::enable_tracking();
+  gpuguard::device_buffer a(1 * mib);
+  {
+    const gpuguard::device_buffer b(2 * mib);
+    const gpuguard::device_buffer c(4 * mib);
+  }  // c, then b
+  { const gpuguard::device_buffer d(3 * mib); }
+  return 0;
+}
+
+// A burst of allocations far more than timeline_events per millisecond.
+int many(long count) {
+  gpuguard::enable_tracking();
+  std::vector<gpuguard::device_buffer> ring(8);
+  for (long i = 0; i < count; ++i) {
+    gpuguard::device_buffer& slot = ring[static_cast<std::size_t>(i % 8)];
+    slot = gpuguard::device_buffer();  // frees the old block first
+    slot = gpuguard::device_buffer(i == count / 2 ? 64 * mib : std::size_t{4096});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -171,6 +199,8 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "fork") == 0) { return forking(); }
   if (std::strcmp(mode, "spike") == 0) { return spike(true); }
   if (std::strcmp(mode, "spike_first") == 0) { return spike(false); }
+  if (std::strcmp(mode, "steps") == 0) { return steps(); }
+  if (std::strcmp(mode, "many") == 0) { return many(argc > 2 ? std::atol(argv[2]) : 200000); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;
 } catch (const std::exception& error) {

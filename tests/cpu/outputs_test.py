@@ -263,6 +263,80 @@ for mode, sample_ms in (("spike", 200), ("spike_first", 1000)):
               (full[0], samples_after))
     print("%s: %s" % (mode, full[0]["message"] if full else "no alert"))
 
+# ---- memory over time from the ledger's own events: every step, however fast ------------------------
+# The whole run takes about a millisecond and sample_ms is a second: samples alone would draw nothing.
+jsonl, trace_path = os.path.join(tmp, "steps.jsonl"), os.path.join(tmp, "steps.trace.json")
+result = run("steps", "device=host:text_log=off:sample_ms=1000:stacks=all:jsonl_log=%s:trace_file=%s" % (jsonl, trace_path))
+check(result.returncode == 0, "steps: exit status", result.stderr)
+with open(jsonl) as f:
+    steps_events = [json.loads(l) for l in f]
+for number, event in enumerate(steps_events, 1):
+    validate(event, events_schema, "steps.jsonl:%d" % number)
+expected_live = [1 * MIB, 3 * MIB, 7 * MIB, 3 * MIB, 1 * MIB, 4 * MIB, 1 * MIB, 0]
+timeline = [e for e in steps_events if e["type"] in ("alloc", "free", "mem_step")]
+check([e["type"] for e in timeline] == ["alloc", "alloc", "alloc", "free", "free", "alloc", "free", "free"],
+      "steps: one alloc or free line per event, in order, nothing folded", timeline)
+check([e["live_bytes"] for e in timeline if "live_bytes" in e] == expected_live, "steps: the live bytes after each event",
+      timeline)
+check([e["bytes"] for e in timeline if "bytes" in e] == [1 * MIB, 2 * MIB, 4 * MIB, 4 * MIB, 2 * MIB, 3 * MIB, 3 * MIB, 1 * MIB],
+      "steps: the size of each event", timeline)
+check([e["t"] for e in timeline] == sorted(e["t"] for e in timeline), "steps: times in order", timeline)
+alloc_at = {e["address"]: e for e in timeline if e["type"] == "alloc"}
+check(all(e["address"] in alloc_at and alloc_at[e["address"]]["bytes"] == e["bytes"] and
+          alloc_at[e["address"]]["site"] == e["site"] for e in timeline if e["type"] == "free"),
+      "steps: each free names an address, size and site of an allocation", timeline)
+check(all(e["site"] > 0 and e["thread"] >= 1 for e in timeline), "steps: sites (stacks=all) and threads", timeline)
+check(len([e for e in steps_events if e["type"] == "mem"]) <= 2, "steps: no sample between the events",
+      [e for e in steps_events if e["type"] == "mem"])
+with open(trace_path) as f:
+    steps_trace = json.load(f)
+counter_values = []
+for e in sorted((e for e in steps_trace if e["ph"] == "C"), key=lambda e: e["ts"]):
+    if not counter_values or counter_values[-1] != e["args"]["bytes"]:
+        counter_values.append(e["args"]["bytes"])
+check(counter_values == expected_live, "steps: the trace's memory counter has every step and the 7 MiB peak",
+      counter_values)
+
+# Many events: at most timeline_events alloc lines per millisecond, the rest folded into mem_step
+# lines; every event is still counted and the exact peak kept.
+jsonl = os.path.join(tmp, "many.jsonl")
+count = 200000  # ops_child's default for many
+result = run("many", "device=host:text_log=off:timeline_events=8:jsonl_log=" + jsonl)
+check(result.returncode == 0, "many: exit status", result.stderr)
+with open(jsonl) as f:
+    many_events = [json.loads(l) for l in f]
+validated = {}
+for number, event in enumerate(many_events, 1):  # a few of each type: validating is slow
+    if validated.setdefault(event["type"], 0) < 5:
+        validated[event["type"]] += 1
+        validate(event, events_schema, "many.jsonl:%d" % number)
+end_line = many_events[-1]
+host = [d for d in end_line.get("devices", []) if d["device"] == -1]
+peak = 7 * 4096 + 64 * MIB
+check(end_line["type"] == "end" and host and host[0]["allocations"] == count and host[0]["peak_bytes"] == peak,
+      "many: %d allocations, the ledger's peak is 7 * 4 KiB + 64 MiB" % count, end_line)
+allocs = [e for e in many_events if e["type"] == "alloc"]
+frees = [e for e in many_events if e["type"] == "free"]
+steps = [e for e in many_events if e["type"] == "mem_step"]
+per_ms = {}
+for e in allocs:
+    per_ms[e["t"] // 1000000] = per_ms.get(e["t"] // 1000000, 0) + 1
+check(per_ms and max(per_ms.values()) <= 8, "many: at most 8 alloc lines per millisecond", max(per_ms.values(), default=0))
+check(len(frees) <= len(allocs), "many: a free line only for an allocation that had one", (len(frees), len(allocs)))
+check(bool(host) and len(allocs) + sum(s["allocs"] for s in steps) == count and
+      len(frees) + sum(s["frees"] for s in steps) == host[0]["frees"],
+      "many: every allocation and free is a line or counted in a mem_step",
+      (len(allocs), sum(s["allocs"] for s in steps), len(frees), sum(s["frees"] for s in steps)))
+timeline_lines = len(allocs) + len(frees) + len(steps)
+check(timeline_lines < 2 * count / 10, "many: %d timeline lines for %d events (bounded)" % (timeline_lines, 2 * count))
+highest = max([e["live_bytes"] for e in allocs + frees] + [s["max_bytes"] for s in steps])
+check(highest == peak, "many: the timeline keeps the exact peak", highest)
+check(all(s["min_bytes"] <= s["end_bytes"] <= s["max_bytes"] and s["t"] <= s["min_t"] <= s["end"] and
+          s["t"] <= s["max_t"] <= s["end"] for s in steps),
+      "many: each mem_step's lowest, highest and times are consistent", steps[:3])
+print("many: %d events -> %d alloc, %d free and %d mem_step lines over %d ms; peak %d" %
+      (2 * count, len(allocs), len(frees), len(steps), len(per_ms), highest))
+
 # ---- a full queue drops, counts and reports, and never blocks ------------------------------------
 jsonl = os.path.join(tmp, "overflow.jsonl")
 result = run("overflow", "device=host:queue_capacity=64:alert_op_growth=1K:text_log=off:jsonl_log=" + jsonl)
