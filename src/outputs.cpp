@@ -56,8 +56,8 @@ using detail::queued_op;
 using queue_type = detail::event_queue<queued_op>;
 
 constexpr std::int64_t ms = 1000000;
-// Allocations and frees the timeline queue holds between two writer passes (48 bytes each); the
-// producers wake the writer each time a quarter of it has filled.
+// Allocations and frees the timeline queue holds between two writer passes (56 bytes a slot,
+// 3.5 MiB); the producers wake the writer each time a quarter of it has filled.
 constexpr std::size_t timeline_capacity = 65536;
 
 struct device_track {
@@ -594,8 +594,10 @@ void start_outputs(const options& opts) noexcept {
         st.timeline_spare = new detail::mem_event_queue(timeline_capacity);  // NOLINT: never freed, see output_state
       } else {
         detail::mem_event stale;
-        while (st.timeline_spare->try_pop(stale)) {}
+        while (st.timeline_spare->try_pop(stale)) {}  // events that raced with the last stop
       }
+      detail::mem_step folded;
+      for (const int device : detail::active_devices()) { static_cast<void>(detail::take_overflow(device, folded)); }
       st.timeline = st.timeline_spare;
       st.coalescer = std::make_unique<detail::timeline_coalescer>(opts.timeline_events);
     }

@@ -328,7 +328,12 @@ check(bool(host) and len(allocs) + sum(s["allocs"] for s in steps) == count and
       "many: every allocation and free is a line or counted in a mem_step",
       (len(allocs), sum(s["allocs"] for s in steps), len(frees), sum(s["frees"] for s in steps)))
 timeline_lines = len(allocs) + len(frees) + len(steps)
-check(timeline_lines < 2 * count / 10, "many: %d timeline lines for %d events (bounded)" % (timeline_lines, 2 * count))
+times = [e["t"] for e in allocs + frees + steps]
+windows = (max(times) - min(times)) // 1000000 + 1 if times else 0
+# Per millisecond at most 8 alloc lines, as many free lines overall, a mem_step cut short by each
+# of them, and one more per writer pass (at most about one per millisecond here).
+check(timeline_lines <= 4 * 8 * windows + windows + 10 and timeline_lines < 2 * count,
+      "many: %d timeline lines for %d events over %d ms (bounded)" % (timeline_lines, 2 * count, windows))
 highest = max([e["live_bytes"] for e in allocs + frees] + [s["max_bytes"] for s in steps])
 check(highest == peak, "many: the timeline keeps the exact peak", highest)
 check(all(s["min_bytes"] <= s["end_bytes"] <= s["max_bytes"] and s["t"] <= s["min_t"] <= s["end"] and
