@@ -434,13 +434,13 @@ class trace_sink final : public sink {
     file_.maybe_flush();
   }
 
-  // One counter track per device and figure: viewers stack the series of one counter event, so
-  // the ledger's bytes and the device's own are kept apart.
   static std::string where(int device) {
     return device == host_device_id ? std::string("host memory") : "device " + std::to_string(device);
   }
   static std::string live_name(int device) { return where(device) + " live bytes (gpuguard)"; }
 
+  // One counter track per device and figure: viewers stack the series of one counter event, so
+  // the ledger's bytes and the device's own are kept apart.
   void mem(const mem_sample& sample) override {
     counter(live_name(sample.device), sample.time_ns, sample.live_bytes);
     const std::string where = trace_sink::where(sample.device);

@@ -573,7 +573,7 @@
     });
   }
   function siteKey(raw) { return sitesByRaw[raw] ? 'site ' + sitesByRaw[raw].site : 'raw ' + raw; }
-  function siteColor(raw) { return raw === 0 ? '#b8bec8' : nameColor(siteKey(raw)); }
+  function siteColor(raw) { return raw === 0 ? '#7d8797' : nameColor(siteKey(raw)); }
   function siteText(raw) {
     if (raw === 0) { return 'no stack (stacks were off, or this allocation was not sampled)'; }
     var st = sitesByRaw[raw];
@@ -592,7 +592,8 @@
     var events = [];
     for (var i = 0; i < n; ++i) {
       events.push([tl.t[i], 1, i]);
-      if (!tl.live_at_end[i]) { events.push([tl.end[i], 0, i]); }
+      // (A band freed at the moment it was made is freed just after, not before, its allocation.)
+      if (!tl.live_at_end[i]) { events.push([tl.end[i] > tl.t[i] ? tl.end[i] : tl.t[i] + 0.5, 0, i]); }
     }
     events.sort(function (a, b) { return a[0] - b[0] || a[1] - b[1] || a[2] - b[2]; });
     var stack = [];
@@ -611,6 +612,7 @@
         return;
       }
       var at = stack.indexOf(b);
+      if (at < 0) { return; }
       stack.splice(at, 1);
       top -= tl.bytes[b];
       for (var k = at; k < stack.length; ++k) {
