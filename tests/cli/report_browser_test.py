@@ -314,6 +314,22 @@ class browser_test(unittest.TestCase):
         self.assertEqual(len(points), 2 * len(live) - 1, "a step per event")
         self.assertEqual(chart.find_all("path", "series-peak")[0].attrs.get("d", ""), "")
 
+    def test_a_band_freed_the_moment_it_was_made_is_stacked_on_top(self):
+        log = os.path.join(self.tmp.name, "instant.jsonl")
+        mib = 2**20
+        lines = ['{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":7,"program":"/bin/x","unix_ns":0}']
+        for kind, t, address, size, live in (("alloc", 100, "0x10", mib, mib), ("alloc", 200, "0x20", 2 * mib, 3 * mib),
+                                             ("free", 200, "0x20", 2 * mib, mib), ("alloc", 250, "0x30", mib, 2 * mib),
+                                             ("free", 280, "0x30", mib, mib), ("free", 300, "0x10", mib, 0)):
+            lines.append('{"v":1,"type":"%s","t":%d,"device":0,"address":"%s","bytes":%d,"live_bytes":%d,"site":0,'
+                         '"thread":1}' % (kind, t, address, size, live))
+        with open(log, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        dom = parse_dom(chromium("--dump-dom", "file://" + self.render(log)))
+        drawn = dom.by_id("allocations-device-0").find_all("path", "alloc-band")
+        self.assertEqual([(int(p.attrs["data-t"]), int(p.attrs["data-end"]), int(p.attrs["data-offset"])) for p in drawn],
+                         [(100, 300, 0), (200, 200, mib), (250, 280, mib)], "the instant band is off the stack at once")
+
     def test_a_million_allocation_events_load_quickly_and_render(self):
         log = os.path.join(self.tmp.name, "million.jsonl")
         peak, allocations = timeline_logs.million_log(log)
