@@ -10,6 +10,9 @@
 //   spike_first  the same spike before anything else, and the end 20 ms later
 //   steps     1, 2 and 4 MiB allocated, 2 and 4 freed, 3 allocated and freed, 1 freed: live
 //             1, 3, 7, 3, 1, 4, 1, 0 MiB within a millisecond or so, far shorter than sample_ms
+//   timeline_full  blocks the writer in the alert callback, then 4 threads make 40000 allocations
+//             and frees each (one a 32 MiB spike) into the timeline's queue of 65536: the rest
+//             are folded by the producers
 //   many N    N allocations of 4 KiB through a ring of 8 (each freed when its slot comes round),
 //             one of them (the N/2-th) 64 MiB: the peak is 7 * 4 KiB + 64 MiB for microseconds
 // Every size is exact so that the test can check the numbers the outputs carry.
@@ -177,6 +180,35 @@ int steps() {
   return 0;
 }
 
+// More allocations and frees than the timeline queue holds, from 4 threads, while the writer is
+// stuck: the producers fold what does not fit, and nothing is lost.
+int timeline_full() {
+  std::atomic<bool> release{false};
+  std::atomic<int> alerts{0};
+  gpuguard::set_alert_callback([&](const gpuguard::alert& fired) {
+    if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
+    alerts.fetch_add(1);
+    while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
+  });
+  gpuguard::enable_tracking();
+  {
+    GPUGUARD_OP("grow");  // passes alert_op_growth=1K: the writer enters the callback
+    cache().emplace_back(4096);
+  }
+  while (alerts.load() == 0) { std::this_thread::yield(); }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 40000; ++i) {
+        const gpuguard::device_buffer b(t == 2 && i == 20000 ? 32 * mib : std::size_t{4096});
+      }
+    });
+  }
+  for (std::thread& t : threads) { t.join(); }
+  release.store(true);
+  return 0;
+}
+
 // A burst of allocations far more than timeline_events per millisecond.
 int many(long count) {
   gpuguard::enable_tracking();
@@ -200,6 +232,7 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "spike") == 0) { return spike(true); }
   if (std::strcmp(mode, "spike_first") == 0) { return spike(false); }
   if (std::strcmp(mode, "steps") == 0) { return steps(); }
+  if (std::strcmp(mode, "timeline_full") == 0) { return timeline_full(); }
   if (std::strcmp(mode, "many") == 0) { return many(argc > 2 ? std::atol(argv[2]) : 200000); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;

@@ -339,6 +339,26 @@ check(highest == peak, "many: the timeline keeps the exact peak", highest)
 check(all(s["min_bytes"] <= s["end_bytes"] <= s["max_bytes"] and s["t"] <= s["min_t"] <= s["end"] and
           s["t"] <= s["max_t"] <= s["end"] for s in steps),
       "many: each mem_step's lowest, highest and times are consistent", steps[:3])
+# A full timeline queue: 4 threads, 320,000 events while the writer is stuck; the producers fold
+# what does not fit (queue_full mem_step lines), and every event and the exact peak survive.
+jsonl = os.path.join(tmp, "timeline_full.jsonl")
+result = run("timeline_full", "device=host:text_log=off:alert_op_growth=1K:jsonl_log=" + jsonl)
+check(result.returncode == 0, "timeline_full: exit status", result.stderr)
+with open(jsonl) as f:
+    full_events = [json.loads(l) for l in f]
+full_end = [d for d in full_events[-1].get("devices", []) if d["device"] == -1]
+full_steps = [e for e in full_events if e["type"] == "mem_step"]
+full_lines = [e for e in full_events if e["type"] in ("alloc", "free")]
+check(any(s["queue_full"] for s in full_steps), "timeline_full: the producers folded events when the queue was full",
+      len(full_steps))
+if check(bool(full_end), "timeline_full: the end line has host memory", full_events[-1:]):
+    check(sum(e["type"] == "alloc" for e in full_lines) + sum(s["allocs"] for s in full_steps) == full_end[0]["allocations"] and
+          sum(e["type"] == "free" for e in full_lines) + sum(s["frees"] for s in full_steps) == full_end[0]["frees"],
+          "timeline_full: every allocation and free is a line or counted in a mem_step", full_end[0])
+    highest = max([e["live_bytes"] for e in full_lines] + [s["max_bytes"] for s in full_steps])
+    check(highest == full_end[0]["peak_bytes"] and highest >= 32 * MIB,
+          "timeline_full: the timeline keeps the exact peak across threads and folds", (highest, full_end[0]))
+
 print("many: %d events -> %d alloc, %d free and %d mem_step lines over %d ms; peak %d" %
       (2 * count, len(allocs), len(frees), len(steps), len(per_ms), highest))
 
