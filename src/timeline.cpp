@@ -4,6 +4,7 @@
 
 #include "ledger_internal.hpp"
 
+#include <algorithm>
 #include <array>
 
 namespace gpuguard::detail {
@@ -109,7 +110,8 @@ bool take_overflow(int device, mem_step& out) noexcept {
   out.end_bytes = f.last_bytes.load(std::memory_order_relaxed);
   if (out.min_bytes > out.max_bytes) { out.min_bytes = out.max_bytes; }  // a racing fold
   out.start_bytes = out.end_bytes + out.free_bytes >= out.alloc_bytes ? out.end_bytes + out.free_bytes - out.alloc_bytes : 0;
-  if (out.end_ns < out.time_ns) { out.end_ns = out.time_ns; }
+  out.time_ns = std::min({out.time_ns, out.min_ns, out.max_ns});  // racing folds, a clock stepping back
+  out.end_ns = std::max({out.end_ns, out.time_ns, out.min_ns, out.max_ns});
   return true;
 }
 

@@ -114,7 +114,9 @@ void timeline_coalescer::add(const mem_event& e, Line&& line, Step&& step) {
   constexpr std::int64_t window_ns = 1000000;
   device_state& d = devices_[e.device];
   const std::int64_t window = e.time_ns / window_ns;
-  if (window > d.window) {  // a late event of an earlier millisecond counts in the current one
+  // A late event of an earlier millisecond (another thread's, or the clock stepping back when its
+  // scale is refined) counts in the current one.
+  if (window > d.window) {
     d.window = window;
     d.lines = 0;
   }
@@ -149,6 +151,8 @@ void timeline_coalescer::add(const mem_event& e, Line&& line, Step&& step) {
     s.min_ns = s.max_ns = e.time_ns;
     d.open = true;
   }
+  // The ledger's clock may step back a little when its scale is refined: t and end bound them all.
+  s.time_ns = std::min(s.time_ns, e.time_ns);
   s.end_ns = std::max(s.end_ns, e.time_ns);
   s.end_bytes = e.live_bytes;
   if (e.live_bytes < s.min_bytes) {

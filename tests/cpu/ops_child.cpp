@@ -183,9 +183,10 @@ int steps() {
 // More allocations and frees than the timeline queue holds, from 4 threads, while the writer is
 // stuck: the producers fold what does not fit, and nothing is lost.
 int timeline_full() {
-  std::atomic<bool> release{false};
-  std::atomic<int> alerts{0};
-  gpuguard::set_alert_callback([&](const gpuguard::alert& fired) {
+  // Static: the writer may still be leaving the callback when this function has returned.
+  static std::atomic<bool> release{false};
+  static std::atomic<int> alerts{0};
+  gpuguard::set_alert_callback([](const gpuguard::alert& fired) {
     if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
     alerts.fetch_add(1);
     while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
@@ -206,7 +207,7 @@ int timeline_full() {
   }
   for (std::thread& t : threads) { t.join(); }
   release.store(true);
-  return 0;
+  return gpuguard::flush_outputs() ? 0 : 1;
 }
 
 // A burst of allocations far more than timeline_events per millisecond.
