@@ -30,8 +30,9 @@ constexpr std::size_t max_unknown_types = 50;
 // gpuguard numbers threads 1, 2, ...; only a broken or hostile log comes near these.
 constexpr std::size_t max_threads_kept = 1024;
 constexpr std::size_t max_lanes = 64;
-// Allocations open at once that the reader pairs with their frees; past it (a hostile log, or a
-// program with more live allocations than this), further ones are counted, not drawn.
+// Allocations open at once (all devices) that the reader pairs with their frees, about 100 bytes
+// each; past it (a hostile log, or a program with more live allocations than this), further ones
+// are counted, not drawn.
 constexpr std::size_t max_open_allocations = std::size_t{1} << 20;
 
 // Sums of byte counts from a hostile log must not overflow (undefined behaviour for int64).
@@ -629,6 +630,7 @@ struct log_aggregate::state {
   std::string on_alloc_or_free(bool alloc, fields& f, std::int64_t t);
   std::string on_mem_step(fields& f, std::int64_t t);
   std::uint64_t alloc_seq = 0;
+  std::size_t open_allocations = 0;  // over every device's `open`
   std::string on_op(fields& f, std::int64_t t);
   std::string on_alert(fields& f, std::int64_t t);
   std::string on_dropped(fields& f);
@@ -817,14 +819,16 @@ std::string log_aggregate::state::on_alloc_or_free(bool alloc, fields& f, std::i
     band.end = std::max(t, band.t);
     d.bands.add(band);
     d.open.erase(found);
+    --open_allocations;
   } else if (!alloc) {
     ++d.unpaired_frees;  // its alloc line is not in the log (or was past the pairing limit)
   }
   if (alloc) {
     ++d.alloc_lines;
-    if (d.open.size() >= max_open_allocations) {
+    if (open_allocations >= max_open_allocations) {
       ++d.not_paired;
     } else {
+      ++open_allocations;
       alloc_band band;
       band.seq = alloc_seq++;
       band.t = t;
