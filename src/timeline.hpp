@@ -105,7 +105,9 @@ class timeline_coalescer {
   std::uint32_t per_ms_;
   std::unordered_map<int, device_state> devices_;
   // Addresses whose allocation was written as a line: their free is written as a line too, so
-  // every band the report draws from `alloc` lines has its end.
+  // every band the report draws from `alloc` lines has its end. Bounded: a free folded by the
+  // producers (a full queue) leaves its address here, and so does a leak.
+  static constexpr std::size_t max_shown = std::size_t{1} << 18;
   std::unordered_set<std::uint64_t> shown_;
 };
 
@@ -123,7 +125,7 @@ void timeline_coalescer::add(const mem_event& e, Line&& line, Step&& step) {
   const std::uint64_t key = static_cast<std::uint64_t>(e.address) ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.device)) << 56);
   bool as_line = false;
   if (e.alloc) {
-    as_line = d.lines < per_ms_;
+    as_line = d.lines < per_ms_ && shown_.size() < max_shown;
     if (as_line) {
       shown_.insert(key);
     } else {
