@@ -198,6 +198,7 @@ int timeline_full() {
   }
   while (alerts.load() == 0) { std::this_thread::yield(); }
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([t] {
       for (int i = 0; i < 40000; ++i) {
