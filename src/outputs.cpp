@@ -88,6 +88,8 @@ struct output_state {
   bool stop_requested = false;       // under wake_mutex
   std::size_t flush_target = 0;      // under wake_mutex: pushes the latest flush waits for
   std::size_t flushed_through = 0;   // under wake_mutex
+  std::size_t timeline_flush_target = 0;     // under wake_mutex: the same for the timeline queue
+  std::size_t timeline_flushed_through = 0;  // under wake_mutex
 
   std::size_t queued_base = 0;  // the queue's pushes when the outputs started
   std::atomic<std::uint64_t> dropped{0};
@@ -411,13 +413,16 @@ void writer_main(output_state& st, queue_type& queue) {
     });
     std::unique_lock<std::mutex> lock(st.wake_mutex);
     const std::size_t consumed = queue.consumed();
-    if (st.flushed_through < consumed) {
-      st.flushed_through = consumed;
+    const std::size_t timeline_consumed = st.timeline != nullptr ? st.timeline->consumed() : 0;
+    if (st.flushed_through < consumed || st.timeline_flushed_through < timeline_consumed) {
+      st.flushed_through = std::max(st.flushed_through, consumed);
+      st.timeline_flushed_through = std::max(st.timeline_flushed_through, timeline_consumed);
       st.flushed.notify_all();
     }
     if (st.stop_requested) { break; }
     // A flush waits for pushes that are claimed but not yet written: look again soon.
-    const bool flush_pending = st.flush_target > consumed;
+    const bool flush_pending = st.flush_target > consumed ||
+                               (st.timeline != nullptr && st.timeline_flush_target > timeline_consumed);
     const std::int64_t wait_ns = flush_pending ? ms / 4 : std::min<std::int64_t>(next_sample - now, 100 * ms);
     st.wake.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(wait_ns, 0)));
   }
@@ -505,6 +510,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
   {
     const std::lock_guard<std::mutex> lock(st.wake_mutex);
     st.flushed_through = st.flush_target;  // nothing more will come: release any waiter
+    st.timeline_flushed_through = st.timeline_flush_target;
   }
   st.flushed.notify_all();
 }
@@ -611,6 +617,8 @@ void start_outputs(const options& opts) noexcept {
       st.stop_requested = false;
       st.flush_target = st.spare->consumed();
       st.flushed_through = st.flush_target;
+      st.timeline_flush_target = st.timeline != nullptr ? st.timeline->consumed() : 0;
+      st.timeline_flushed_through = st.timeline_flush_target;
     }
     queue_type* queue = st.spare;
     st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
@@ -643,11 +651,17 @@ bool flush_outputs(std::chrono::milliseconds timeout) noexcept {
   queue_type* queue = st.queue.load(std::memory_order_acquire);
   if (queue == nullptr) { return false; }
   const std::size_t target = queue->claimed();
+  // The memory timeline's queue too (the writer's `timeline`, set before the outputs ran).
+  const detail::mem_event_queue* timeline = detail::timeline_queue.load(std::memory_order_acquire);
+  const std::size_t timeline_target = timeline != nullptr ? timeline->claimed() : 0;
   std::unique_lock<std::mutex> lock(st.wake_mutex);
   st.flush_target = std::max(st.flush_target, target);
+  st.timeline_flush_target = std::max(st.timeline_flush_target, timeline_target);
   st.wake.notify_all();
   // The writer moves flushed_through only after it has flushed the sinks.
-  const bool done = st.flushed.wait_for(lock, timeout, [&] { return st.flushed_through >= target; });
+  const bool done = st.flushed.wait_for(lock, timeout, [&] {
+    return st.flushed_through >= target && st.timeline_flushed_through >= timeline_target;
+  });
   return done && outputs_running();
 }
 

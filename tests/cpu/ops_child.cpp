@@ -168,8 +168,9 @@ int spike(bool pause_first) {
   return 0;
 }
 
-// Every step of the memory timeline, faster than any sampling.
-int steps() {
+// Every step of the memory timeline, faster than any sampling. With the log's path: flush_outputs()
+// then says how many alloc lines the log has (the writer sleeps for sample_ms otherwise).
+int steps(const char* log) {
   gpuguard::enable_tracking();
   gpuguard::device_buffer a(1 * mib);
   {
@@ -177,6 +178,16 @@ int steps() {
     const gpuguard::device_buffer c(4 * mib);
   }  // c, then b
   { const gpuguard::device_buffer d(3 * mib); }
+  if (log != nullptr) {
+    const bool flushed = gpuguard::flush_outputs();
+    int lines = 0;
+    if (std::FILE* f = std::fopen(log, "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, f) != nullptr) { lines += std::strstr(line, "\"type\":\"alloc\"") != nullptr ? 1 : 0; }
+      std::fclose(f);
+    }
+    std::printf("ops_child: flushed %d, %d alloc lines after flush_outputs\n", flushed ? 1 : 0, lines);
+  }
   return 0;
 }
 
@@ -233,7 +244,7 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "fork") == 0) { return forking(); }
   if (std::strcmp(mode, "spike") == 0) { return spike(true); }
   if (std::strcmp(mode, "spike_first") == 0) { return spike(false); }
-  if (std::strcmp(mode, "steps") == 0) { return steps(); }
+  if (std::strcmp(mode, "steps") == 0) { return steps(argc > 2 ? argv[2] : nullptr); }
   if (std::strcmp(mode, "timeline_full") == 0) { return timeline_full(); }
   if (std::strcmp(mode, "many") == 0) { return many(argc > 2 ? std::atol(argv[2]) : 200000); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);

@@ -27,9 +27,9 @@ def check(condition, what, detail=""):
     return condition
 
 
-def run(mode, options, timeout=60):
+def run(mode, options, timeout=60, args=()):
     env = dict(os.environ, GPUGUARD_OPTIONS=options)
-    return subprocess.run([CHILD, mode], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([CHILD, mode, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def load_schema(name):
@@ -266,8 +266,11 @@ for mode, sample_ms in (("spike", 200), ("spike_first", 1000)):
 # ---- memory over time from the ledger's own events: every step, however fast ------------------------
 # The whole run takes about a millisecond and sample_ms is a second: samples alone would draw nothing.
 jsonl, trace_path = os.path.join(tmp, "steps.jsonl"), os.path.join(tmp, "steps.trace.json")
-result = run("steps", "device=host:text_log=off:sample_ms=1000:stacks=all:jsonl_log=%s:trace_file=%s" % (jsonl, trace_path))
+result = run("steps", "device=host:text_log=off:sample_ms=1000:stacks=all:jsonl_log=%s:trace_file=%s" % (jsonl, trace_path),
+             args=(jsonl,))
 check(result.returncode == 0, "steps: exit status", result.stderr)
+check("ops_child: flushed 1, 4 alloc lines after flush_outputs" in result.stdout,
+      "steps: flush_outputs() waits for the timeline's lines too", result.stdout)
 with open(jsonl) as f:
     steps_events = [json.loads(l) for l in f]
 for number, event in enumerate(steps_events, 1):
