@@ -6,6 +6,7 @@
 
 #include "ledger_internal.hpp"
 #include "stacks.hpp"
+#include "timeline.hpp"
 
 #include <algorithm>
 #include <array>
@@ -75,13 +76,14 @@ struct alignas(64) live_counter {
     while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
     }
   }
-  void add(std::size_t bytes) noexcept {
+  std::size_t add(std::size_t bytes) noexcept {  // returns the live bytes it left
     const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise_to(peak, now);
     raise_to(phase_peak, now);
     raise_to(interval_peak, now);
     if (!used.load(std::memory_order_relaxed)) { used.store(true, std::memory_order_relaxed); }
     if (now >= alert_at.load(std::memory_order_relaxed)) { note_crossing(now); }
+    return now;
   }
   void note_crossing(std::size_t now) noexcept {
     int none = 0;
@@ -90,7 +92,9 @@ struct alignas(64) live_counter {
     crossed_ns = detail::now_ns();
     crossing_state.store(2, std::memory_order_release);
   }
-  void remove(std::size_t bytes) noexcept { current.fetch_sub(bytes, std::memory_order_relaxed); }
+  std::size_t remove(std::size_t bytes) noexcept {  // returns the live bytes it left
+    return current.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
+  }
   void reset_phase() noexcept {
     phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
@@ -730,8 +734,9 @@ void record_allocation(const allocation_event& event) noexcept {
   record->sequence = sequence;
   // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
   // and the live table of one instant.
-  st.devices[static_cast<std::size_t>(slot)].add(event.bytes);
+  const std::size_t live = st.devices[static_cast<std::size_t>(slot)].add(event.bytes);
   st.tag_counters[tag].add(event.bytes);
+  detail::note_mem_event(true, *record, live, thread, -1);  // under the lock: queued before its free
   count_allocation(counts, slot, tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
@@ -779,9 +784,10 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       }
       s.recent[s.recent_next++ % recent_free_count] =
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
-      st.devices[device_slot_of(slot->device)].remove(slot->bytes);
+      const std::size_t live = st.devices[device_slot_of(slot->device)].remove(slot->bytes);
       st.tag_counters[slot->tag].remove(slot->bytes);
       count_free(counts, device_slot_of(slot->device), slot->tag);
+      detail::note_mem_event(false, *slot, live, detail::thread_id(mine), -1);
       detail::thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
       ++memory.frees;

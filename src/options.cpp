@@ -215,6 +215,7 @@ constexpr key_entry keys[] = {
     make_key<fraction_key<&options::alert_hysteresis>>("alert_hysteresis", "re-arm the alert below threshold minus this"),
     make_key<byte_count_key<&options::alert_op_growth>>("alert_op_growth", "alert when one scope's net growth passes this many bytes; 0 = off"),
     make_key<integer_key<&options::queue_capacity, 64, max_queue_capacity>>("queue_capacity", "events the output queue holds before it drops"),
+    make_key<integer_key<&options::timeline_events, 0, 1000000>>("timeline_events", "alloc and free lines per device per millisecond in the event log and trace before the rest of that millisecond is folded into one mem_step; 0 = no memory timeline"),
     make_key<bool_key<&options::hooks>>("hooks", "enable_tracking installs the exit-path hooks (terminate, signals, crashes)"),
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
     make_key<integer_key<&options::cleanup_timeout, 0, 86400>>("cleanup_timeout", "seconds the exit work (cleanups, report) may take before the process is ended; 0 = no limit"),

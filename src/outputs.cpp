@@ -18,6 +18,7 @@
 #include "quiet_thread.hpp"
 #include "report_json.hpp"
 #include "sinks.hpp"
+#include "timeline.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -55,6 +56,9 @@ using detail::queued_op;
 using queue_type = detail::event_queue<queued_op>;
 
 constexpr std::int64_t ms = 1000000;
+// Allocations and frees the timeline queue holds between two writer passes (56 bytes a slot,
+// 3.5 MiB); the producers wake the writer each time a quarter of it has filled.
+constexpr std::size_t timeline_capacity = 65536;
 
 struct device_track {
   bool announced = false;
@@ -84,6 +88,8 @@ struct output_state {
   bool stop_requested = false;       // under wake_mutex
   std::size_t flush_target = 0;      // under wake_mutex: pushes the latest flush waits for
   std::size_t flushed_through = 0;   // under wake_mutex
+  std::size_t timeline_flush_target = 0;     // under wake_mutex: the same for the timeline queue
+  std::size_t timeline_flushed_through = 0;  // under wake_mutex
 
   std::size_t queued_base = 0;  // the queue's pushes when the outputs started
   std::atomic<std::uint64_t> dropped{0};
@@ -104,6 +110,9 @@ struct output_state {
   std::unordered_map<std::string, op_alert_state> op_alerts;
   std::unordered_map<int, device_track> tracks;
   std::unordered_set<std::uint32_t> threads_seen;
+  detail::mem_event_queue* timeline_spare = nullptr;  // never freed, as `spare`
+  detail::mem_event_queue* timeline = nullptr;        // the writer's: the queue it drains, or none
+  std::unique_ptr<detail::timeline_coalescer> coalescer;
   std::uint64_t dropped_reported = 0;
   int cuda_devices = -1;  // -1: not asked yet
 };
@@ -362,9 +371,28 @@ void report_drops(output_state& st) {
   each_sink(st, [&](detail::sink& s) { s.dropped(count, total, now); });
 }
 
+// The memory timeline: what the queue holds, what the producers folded while it was full, and the
+// steps still open (so that every pass leaves the files complete up to now).
+void drain_timeline(output_state& st) {
+  if (st.timeline == nullptr) { return; }
+  detail::timeline_coalescer& c = *st.coalescer;
+  const auto line = [&](const detail::mem_event& e) { each_sink(st, [&](detail::sink& s) { s.mem_event(e); }); };
+  const auto step = [&](const detail::mem_step& m) { each_sink(st, [&](detail::sink& s) { s.mem_step(m); }); };
+  detail::mem_event e;
+  while (st.timeline->try_pop(e)) { c.add(e, line, step); }
+  c.finish(step);
+  if (detail::overflow_devices() != 0) {
+    detail::mem_step folded;
+    for (const int device : detail::active_devices()) {
+      if (detail::take_overflow(device, folded)) { step(folded); }
+    }
+  }
+}
+
 void drain(output_state& st, queue_type& queue) {
   queued_op item;
   while (queue.try_pop(item)) { handle(st, item); }
+  drain_timeline(st);
 }
 
 void writer_main(output_state& st, queue_type& queue) {
@@ -385,13 +413,16 @@ void writer_main(output_state& st, queue_type& queue) {
     });
     std::unique_lock<std::mutex> lock(st.wake_mutex);
     const std::size_t consumed = queue.consumed();
-    if (st.flushed_through < consumed) {
-      st.flushed_through = consumed;
+    const std::size_t timeline_consumed = st.timeline != nullptr ? st.timeline->consumed() : 0;
+    if (st.flushed_through < consumed || st.timeline_flushed_through < timeline_consumed) {
+      st.flushed_through = std::max(st.flushed_through, consumed);
+      st.timeline_flushed_through = std::max(st.timeline_flushed_through, timeline_consumed);
       st.flushed.notify_all();
     }
     if (st.stop_requested) { break; }
     // A flush waits for pushes that are claimed but not yet written: look again soon.
-    const bool flush_pending = st.flush_target > consumed;
+    const bool flush_pending = st.flush_target > consumed ||
+                               (st.timeline != nullptr && st.timeline_flush_target > timeline_consumed);
     const std::int64_t wait_ns = flush_pending ? ms / 4 : std::min<std::int64_t>(next_sample - now, 100 * ms);
     st.wake.wait_for(lock, std::chrono::nanoseconds(std::max<std::int64_t>(wait_ns, 0)));
   }
@@ -413,6 +444,7 @@ std::unique_ptr<detail::sink> open_sink(const char* key, const std::string& valu
 void stop_locked(output_state& st, const char* reason, const leak_report* leaks) noexcept {
   if (st.writer == nullptr) { return; }
   queue_type* queue = st.queue.exchange(nullptr, std::memory_order_acq_rel);
+  detail::timeline_queue.store(nullptr, std::memory_order_release);
   st.flags.store(0, std::memory_order_release);
   {
     const std::lock_guard<std::mutex> lock(st.wake_mutex);
@@ -433,6 +465,8 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
   try {
     // The writer is gone: this thread owns the sinks now.
     if (queue != nullptr) { drain(st, *queue); }
+    drain_timeline(st);  // producers still inside a push have finished it by now, or fold
+    st.timeline = nullptr;
     report_drops(st);
     sample(st, true);
     detail::end_info last;
@@ -476,6 +510,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
   {
     const std::lock_guard<std::mutex> lock(st.wake_mutex);
     st.flushed_through = st.flush_target;  // nothing more will come: release any waiter
+    st.timeline_flushed_through = st.timeline_flush_target;
   }
   st.flushed.notify_all();
 }
@@ -490,6 +525,8 @@ void outputs_off_in_forked_child() noexcept {
   new (&st.wake_mutex) std::mutex();   // NOLINT(cppcoreguidelines-owning-memory)
   new (&st.callback_mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
   st.queue.store(nullptr, std::memory_order_relaxed);
+  detail::timeline_queue.store(nullptr, std::memory_order_relaxed);
+  st.timeline = nullptr;
   st.flags.store(0, std::memory_order_relaxed);
   // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
   // the parent's: kept, never freed.
@@ -553,6 +590,23 @@ void start_outputs(const options& opts) noexcept {
     st.tracks.clear();
     st.threads_seen.clear();
     st.dropped_reported = 0;
+    // The memory timeline, when an output writes it (the text and Prometheus outputs do not).
+    st.timeline = nullptr;
+    const bool wants_timeline = opts.timeline_events != 0 && std::any_of(st.sinks.begin(), st.sinks.end(), [](const auto& s) {
+      return s->wants_timeline();
+    });
+    if (wants_timeline) {
+      if (st.timeline_spare == nullptr) {
+        st.timeline_spare = new detail::mem_event_queue(timeline_capacity);  // NOLINT: never freed, see output_state
+      } else {
+        detail::mem_event stale;
+        while (st.timeline_spare->try_pop(stale)) {}  // events that raced with the last stop
+      }
+      detail::mem_step folded;
+      for (const int device : detail::active_devices()) { static_cast<void>(detail::take_overflow(device, folded)); }
+      st.timeline = st.timeline_spare;
+      st.coalescer = std::make_unique<detail::timeline_coalescer>(opts.timeline_events);
+    }
     st.queued_base = st.spare->claimed();
     st.dropped.store(0, std::memory_order_relaxed);
     st.written.store(0, std::memory_order_relaxed);
@@ -563,6 +617,8 @@ void start_outputs(const options& opts) noexcept {
       st.stop_requested = false;
       st.flush_target = st.spare->consumed();
       st.flushed_through = st.flush_target;
+      st.timeline_flush_target = st.timeline != nullptr ? st.timeline->consumed() : 0;
+      st.timeline_flushed_through = st.timeline_flush_target;
     }
     queue_type* queue = st.spare;
     st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
@@ -570,6 +626,7 @@ void start_outputs(const options& opts) noexcept {
     flags |= opts.nvtx ? detail::scope_nvtx : 0U;
     flags |= opts.op_device_query ? detail::scope_device_query : 0U;
     st.queue.store(queue, std::memory_order_release);
+    detail::timeline_queue.store(st.timeline, std::memory_order_release);
     st.flags.store(flags, std::memory_order_release);
     detail::register_exit_report();
   } catch (const std::exception& error) {
@@ -594,11 +651,17 @@ bool flush_outputs(std::chrono::milliseconds timeout) noexcept {
   queue_type* queue = st.queue.load(std::memory_order_acquire);
   if (queue == nullptr) { return false; }
   const std::size_t target = queue->claimed();
+  // The memory timeline's queue too (the writer's `timeline`, set before the outputs ran).
+  const detail::mem_event_queue* timeline = detail::timeline_queue.load(std::memory_order_acquire);
+  const std::size_t timeline_target = timeline != nullptr ? timeline->claimed() : 0;
   std::unique_lock<std::mutex> lock(st.wake_mutex);
   st.flush_target = std::max(st.flush_target, target);
+  st.timeline_flush_target = std::max(st.timeline_flush_target, timeline_target);
   st.wake.notify_all();
   // The writer moves flushed_through only after it has flushed the sinks.
-  const bool done = st.flushed.wait_for(lock, timeout, [&] { return st.flushed_through >= target; });
+  const bool done = st.flushed.wait_for(lock, timeout, [&] {
+    return st.flushed_through >= target && st.timeline_flushed_through >= timeline_target;
+  });
   return done && outputs_running();
 }
 
@@ -657,6 +720,8 @@ void detail::submit(const op_result& op, thread_state& thread) noexcept {
   thread.named = true;
   if ((position & st.wake_mask) == st.wake_mask) { st.wake.notify_one(); }
 }
+
+void detail::wake_writer() noexcept { state().wake.notify_one(); }
 
 void detail::stop_outputs_with(const char* reason, const leak_report* leaks) noexcept {
   output_state& st = state();

@@ -9,6 +9,7 @@
 #include "report_json.hpp"
 #include "stacks.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -217,6 +218,38 @@ class jsonl_sink final : public sink {
     end();
   }
 
+  [[nodiscard]] bool wants_timeline() const override { return true; }
+  void mem_event(const detail::mem_event& e) override {
+    std::string& out = begin(e.alloc ? "alloc" : "free", e.time_ns);
+    field(out, "device", e.device);
+    char address[32];
+    std::snprintf(address, sizeof address, ",\"address\":\"0x%" PRIxPTR "\"", e.address);
+    out += address;
+    field(out, "bytes", e.bytes);
+    field(out, "live_bytes", e.live_bytes);
+    field(out, "site", e.site);
+    field(out, "thread", e.thread);
+    end();
+  }
+
+  void mem_step(const detail::mem_step& step) override {
+    std::string& out = begin("mem_step", step.time_ns);
+    field(out, "end", step.end_ns);
+    field(out, "device", step.device);
+    field(out, "start_bytes", step.start_bytes);
+    field(out, "end_bytes", step.end_bytes);
+    field(out, "min_bytes", step.min_bytes);
+    field(out, "min_t", step.min_ns);
+    field(out, "max_bytes", step.max_bytes);
+    field(out, "max_t", step.max_ns);
+    field(out, "allocs", step.allocs);
+    field(out, "frees", step.frees);
+    field(out, "alloc_bytes", step.alloc_bytes);
+    field(out, "free_bytes", step.free_bytes);
+    out += step.queue_full ? ",\"queue_full\":true" : ",\"queue_full\":false";
+    end();
+  }
+
   void alert(const gpuguard::alert& fired) override {
     std::string& out = begin("alert", fired.time_ns);
     out += ",\"kind\":\"";
@@ -401,13 +434,37 @@ class trace_sink final : public sink {
     file_.maybe_flush();
   }
 
+  static std::string where(int device) {
+    return device == host_device_id ? std::string("host memory") : "device " + std::to_string(device);
+  }
+  static std::string live_name(int device) { return where(device) + " live bytes (gpuguard)"; }
+
   // One counter track per device and figure: viewers stack the series of one counter event, so
   // the ledger's bytes and the device's own are kept apart.
   void mem(const mem_sample& sample) override {
-    const std::string where = sample.device == host_device_id ? std::string("host memory")
-                                                              : "device " + std::to_string(sample.device);
-    counter(where + " live bytes (gpuguard)", sample.time_ns, sample.live_bytes);
+    counter(live_name(sample.device), sample.time_ns, sample.live_bytes);
+    const std::string where = trace_sink::where(sample.device);
     if (sample.queried) { counter(where + " used bytes (device-wide)", sample.time_ns, sample.used_bytes); }
+    file_.maybe_flush();
+  }
+
+  // The ledger's own events on the same counter track: every step, and for a folded record its
+  // lowest and highest at the moments they happened, so the peak is drawn where it was.
+  [[nodiscard]] bool wants_timeline() const override { return true; }
+  void mem_event(const detail::mem_event& e) override {
+    counter(live_name(e.device), e.time_ns, e.live_bytes);
+    file_.maybe_flush();
+  }
+  void mem_step(const detail::mem_step& step) override {
+    std::pair<std::int64_t, std::uint64_t> points[3] = {
+        {step.min_ns, step.min_bytes}, {step.max_ns, step.max_bytes}, {step.end_ns, step.end_bytes}};
+    std::stable_sort(std::begin(points), std::end(points),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::string name = live_name(step.device);
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (i != 0 && points[i] == points[i - 1]) { continue; }
+      counter(name, points[i].first, points[i].second);
+    }
     file_.maybe_flush();
   }
 

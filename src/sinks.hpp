@@ -10,6 +10,7 @@
 #include <gpuguard/tracking.hpp>
 
 #include "ledger_internal.hpp"
+#include "timeline.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -107,6 +108,12 @@ class sink {
   virtual void thread(const thread_info& /*info*/, std::int64_t /*time_ns*/) {}
   virtual void op(const op_result& /*op*/) {}
   virtual void mem(const mem_sample& /*sample*/) {}
+  /// One allocation or free written as it is (the memory timeline, timeline.hpp).
+  virtual void mem_event(const detail::mem_event& /*event*/) {}
+  /// Allocations and frees folded into one record.
+  virtual void mem_step(const detail::mem_step& /*step*/) {}
+  /// The sink writes the memory timeline: the ledger queues its events only when one does.
+  [[nodiscard]] virtual bool wants_timeline() const { return false; }
   virtual void alert(const gpuguard::alert& /*fired*/) {}
   virtual void dropped(std::uint64_t /*count*/, std::uint64_t /*total*/, std::int64_t /*time_ns*/) {}
   /// Called now and then by the writer with the current totals (Prometheus rewrites its file).

@@ -69,6 +69,7 @@ struct options {
   double alert_hysteresis = 0.05;        ///< key `alert_hysteresis`: re-arm below threshold minus this (0..1)
   std::size_t alert_op_growth = 0;       ///< key `alert_op_growth`: alert when one scope's net growth passes this (0 = off)
   std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..max_queue_capacity; 200 bytes each)
+  std::uint32_t timeline_events = 64;    ///< key `timeline_events`: alloc/free lines per device per millisecond before the rest is folded into a mem_step (0 = no timeline; 0..1000000)
 
   // Exit paths (docs/hooks.md).
   bool hooks = true;                     ///< key `hooks`: enable_tracking installs the exit-path hooks

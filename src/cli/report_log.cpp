@@ -8,6 +8,8 @@
 #include <ctime>
 #include <functional>
 #include <limits>
+#include <queue>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,10 @@ constexpr std::size_t max_unknown_types = 50;
 // gpuguard numbers threads 1, 2, ...; only a broken or hostile log comes near these.
 constexpr std::size_t max_threads_kept = 1024;
 constexpr std::size_t max_lanes = 64;
+// Allocations open at once (all devices) that the reader pairs with their frees, about 100 bytes
+// each; past it (a hostile log, or a program with more live allocations than this), further ones
+// are counted, not drawn.
+constexpr std::size_t max_open_allocations = std::size_t{1} << 20;
 
 // Sums of byte counts from a hostile log must not overflow (undefined behaviour for int64).
 std::int64_t add_saturated(std::int64_t a, std::int64_t b) noexcept {
@@ -355,10 +361,91 @@ class downsampled_series {
   std::int64_t max_ = 0;
 };
 
+// ---- allocations as bands --------------------------------------------------------------------
+
+// One allocation over its lifetime, from its `alloc` line to its `free` line (or the end).
+struct alloc_band {
+  std::uint64_t seq = 0;  // order of the alloc lines
+  std::int64_t t = 0;
+  std::int64_t end = 0;
+  std::int64_t bytes = 0;
+  std::int64_t site = 0;
+  std::int64_t thread = 0;
+  bool live_at_end = false;
+};
+
+// Keeps, out of any number of bands, the `keep / 2` largest (bytes) and the `keep / 2` with the
+// most area on the chart (bytes times lifetime): the allocations a reader can see, including a
+// short spike that makes the peak. Memory stays bounded by `keep`.
+class band_selection {
+ public:
+  explicit band_selection(std::size_t keep) : quota_(std::max<std::size_t>(keep / 2, 1)) {}
+
+  void add(const alloc_band& b) {
+    ++seen_;
+    offer(by_bytes_, b, static_cast<long double>(b.bytes));
+    offer(by_area_, b, static_cast<long double>(b.bytes) * static_cast<long double>(std::max<std::int64_t>(b.end - b.t, 1)));
+  }
+  [[nodiscard]] std::size_t seen() const noexcept { return seen_; }
+
+  // The kept bands, once each, in the order they were allocated.
+  [[nodiscard]] std::vector<alloc_band> kept() const {
+    std::vector<alloc_band> out;
+    for (const auto* h : {&by_bytes_, &by_area_}) {
+      auto copy = *h;
+      while (!copy.empty()) {
+        out.push_back(copy.top().band);
+        copy.pop();
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const alloc_band& a, const alloc_band& b) { return a.seq < b.seq; });
+    out.erase(std::unique(out.begin(), out.end(), [](const alloc_band& a, const alloc_band& b) { return a.seq == b.seq; }),
+              out.end());
+    return out;
+  }
+
+ private:
+  struct entry {
+    long double key;
+    alloc_band band;
+    // The smallest on top; of equal ones the latest allocated, so the earlier stay.
+    bool operator>(const entry& o) const { return key != o.key ? key > o.key : band.seq < o.band.seq; }
+  };
+  using heap = std::priority_queue<entry, std::vector<entry>, std::greater<>>;
+
+  void offer(heap& h, const alloc_band& b, long double key) const {
+    if (h.size() < quota_) {
+      h.push({key, b});
+    } else if (entry{key, b} > h.top()) {
+      h.pop();
+      h.push({key, b});
+    }
+  }
+
+  std::size_t quota_;
+  std::size_t seen_ = 0;
+  heap by_bytes_;
+  heap by_area_;
+};
+
+// "0x1f..." as a number; false when it is not one.
+bool parse_address(const std::string& text, std::uint64_t& out) {
+  if (text.size() < 3 || text.size() > 18 || text[0] != '0' || text[1] != 'x') { return false; }
+  out = 0;
+  for (std::size_t i = 2; i < text.size(); ++i) {
+    const char c = text[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) { return false; }
+    out = out * 16 + static_cast<std::uint64_t>(digit);
+  }
+  return true;
+}
+
 // ---- per-device, per-thread and per-name state ---------------------------------------------------
 
 struct device_state {
-  explicit device_state(std::size_t max_buckets) : live(max_buckets), peak(max_buckets), used(max_buckets) {}
+  device_state(std::size_t max_buckets, std::size_t max_bands)
+      : live(max_buckets), peak(max_buckets), used(max_buckets), bands(max_bands) {}
   bool described = false;     // a `device` event was seen
   std::string name;
   std::int64_t total_bytes = 0;  // from `device`
@@ -369,6 +456,16 @@ struct device_state {
   downsampled_series live;
   downsampled_series peak;
   downsampled_series used;
+  // The memory timeline (`alloc`, `free`, `mem_step`): it draws the live series exactly, and
+  // the allocations drawn as bands.
+  std::int64_t timeline_lines = 0;
+  std::int64_t alloc_lines = 0;
+  std::int64_t step_lines = 0;
+  std::int64_t folded_allocs = 0;
+  std::int64_t unpaired_frees = 0;
+  std::int64_t not_paired = 0;  // alloc lines past max_open_allocations
+  std::unordered_map<std::uint64_t, alloc_band> open;
+  band_selection bands;
 };
 
 struct op_band {
@@ -517,7 +614,9 @@ struct log_aggregate::state {
 
   device_state& device(std::int64_t id) {
     auto found = devices.find(id);
-    if (found == devices.end()) { found = devices.emplace(id, device_state(limits.max_buckets)).first; }
+    if (found == devices.end()) {
+      found = devices.emplace(id, device_state(limits.max_buckets, limits.max_bands)).first;
+    }
     return found->second;
   }
 
@@ -528,6 +627,10 @@ struct log_aggregate::state {
   std::string on_device(fields& f);
   std::string on_thread(fields& f);
   std::string on_mem(fields& f, std::int64_t t);
+  std::string on_alloc_or_free(bool alloc, fields& f, std::int64_t t);
+  std::string on_mem_step(fields& f, std::int64_t t);
+  std::uint64_t alloc_seq = 0;
+  std::size_t open_allocations = 0;  // over every device's `open`
   std::string on_op(fields& f, std::int64_t t);
   std::string on_alert(fields& f, std::int64_t t);
   std::string on_dropped(fields& f);
@@ -615,6 +718,8 @@ std::string log_aggregate::state::event(const std::string& type, fields& f, std:
   if (type == "device") { return on_device(f); }
   if (type == "thread") { return on_thread(f); }
   if (type == "mem") { return on_mem(f, t); }
+  if (type == "alloc" || type == "free") { return on_alloc_or_free(type == "alloc", f, t); }
+  if (type == "mem_step") { return on_mem_step(f, t); }
   if (type == "op") { return on_op(f, t); }
   if (type == "alert") { return on_alert(f, t); }
   if (type == "dropped") { return on_dropped(f); }
@@ -690,6 +795,73 @@ std::string log_aggregate::state::on_mem(fields& f, std::int64_t t) {
     d.allocations = allocations;
     d.frees = frees;
   }
+  return {};
+}
+
+std::string log_aggregate::state::on_alloc_or_free(bool alloc, fields& f, std::int64_t t) {
+  const std::int64_t id = f.device("device");
+  const std::string address_text = f.string("address");
+  const std::int64_t bytes = f.count("bytes");
+  const std::int64_t live = f.count("live_bytes");
+  const std::int64_t site = f.count("site");
+  const std::int64_t thread = f.count("thread");
+  if (!f.ok()) { return f.error(); }
+  std::uint64_t address = 0;
+  if (!parse_address(address_text, address)) {
+    return "field \"address\" must be a hexadecimal address (\"0x...\"), not " + detail::json_string(address_text.substr(0, 40));
+  }
+  device_state& d = device(id);
+  ++d.timeline_lines;
+  d.live.add(t, live);
+  auto found = d.open.find(address);
+  if (found != d.open.end()) {  // freed (or, for an alloc, handed out again) here
+    alloc_band band = found->second;
+    band.end = std::max(t, band.t);
+    d.bands.add(band);
+    d.open.erase(found);
+    --open_allocations;
+  } else if (!alloc) {
+    ++d.unpaired_frees;  // its alloc line is not in the log (or was past the pairing limit)
+  }
+  if (alloc) {
+    ++d.alloc_lines;
+    if (open_allocations >= max_open_allocations) {
+      ++d.not_paired;
+    } else {
+      ++open_allocations;
+      alloc_band band;
+      band.seq = alloc_seq++;
+      band.t = t;
+      band.bytes = bytes;
+      band.site = site;
+      band.thread = thread;
+      d.open.emplace(address, band);
+    }
+  }
+  return {};
+}
+
+std::string log_aggregate::state::on_mem_step(fields& f, std::int64_t t) {
+  const std::int64_t step_end = f.count("end");
+  const std::int64_t id = f.device("device");
+  const std::int64_t end_bytes = f.count("end_bytes");
+  const std::int64_t min_bytes = f.count("min_bytes");
+  const std::int64_t step_min_t = f.count("min_t");
+  const std::int64_t max_bytes = f.count("max_bytes");
+  const std::int64_t step_max_t = f.count("max_t");
+  const std::int64_t allocs = f.count("allocs");
+  static_cast<void>(f.count("start_bytes"));  // checked, not drawn: the line before ends there
+  static_cast<void>(f.count("frees"));
+  if (!f.ok()) { return f.error(); }
+  if (min_bytes > max_bytes) { return "field \"min_bytes\" is above \"max_bytes\""; }
+  device_state& d = device(id);
+  ++d.timeline_lines;
+  ++d.step_lines;
+  d.folded_allocs = add_saturated(d.folded_allocs, allocs);
+  d.live.add(step_min_t, min_bytes);
+  d.live.add(step_max_t, max_bytes);
+  d.live.add(std::max(step_end, t), end_bytes);
+  see_time(step_end);
   return {};
 }
 
@@ -808,10 +980,24 @@ std::string log_aggregate::state::on_sites(fields& f) {
     const std::int64_t allocs = site.count("allocs");
     const std::int64_t bytes = site.count("bytes");
     const std::string frames = frames_json(site, site.array("frames"), where);
+    std::vector<std::int64_t> raw;  // optional (logs before sites were grouped have none)
+    if (item.find("raw_sites") != nullptr) {
+      if (const json_array* list_of_raw = site.array("raw_sites")) {
+        for (const json_value& r : *list_of_raw) {
+          if (!r.is_integer() || r.as_integer() < 0) { return "field \"" + where + "raw_sites\" must hold non-negative integers"; }
+          if (raw.size() < max_frames_kept) { raw.push_back(r.as_integer()); }
+        }
+      }
+    }
     if (!site.ok()) { return site.error(); }
     if (index < max_sites_kept) {
-      out.begin_object().key("site").integer(id).key("allocs").integer(allocs).key("bytes").integer(bytes)
-          .key("frames").raw(frames).end_object();
+      out.begin_object().key("site").integer(id).key("allocs").integer(allocs).key("bytes").integer(bytes);
+      if (item.find("raw_sites") != nullptr) {
+        out.key("raw_sites").begin_array();
+        for (const std::int64_t r : raw) { out.integer(r); }
+        out.end_array();
+      }
+      out.key("frames").raw(frames).end_object();
     }
     ++index;
   }
@@ -960,6 +1146,7 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
       .key("max_ops_per_thread").integer(static_cast<std::int64_t>(s.limits.max_ops_per_thread))
       .key("max_alerts").integer(static_cast<std::int64_t>(s.limits.max_alerts))
       .key("max_skipped_shown").integer(static_cast<std::int64_t>(s.limits.max_skipped_shown))
+      .key("max_bands").integer(static_cast<std::int64_t>(s.limits.max_bands))
       .end_object();
 
   // Devices: real devices by id, host memory (-1) last.
@@ -985,7 +1172,35 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
     out.key("live");
     series(d.live);
     out.key("peak");
-    series(d.peak);
+    series(d.timeline_lines > 0 ? downsampled_series(2) : d.peak);  // the timeline has every step
+    // The allocations drawn as bands: those still open at the end run to it.
+    band_selection bands = d.bands;
+    for (const auto& entry : d.open) {
+      alloc_band band = entry.second;
+      band.end = std::max(duration, band.t);
+      band.live_at_end = true;
+      bands.add(band);
+    }
+    const std::vector<alloc_band> kept = bands.kept();
+    out.key("timeline").begin_object()
+        .key("lines").integer(d.timeline_lines).key("alloc_lines").integer(d.alloc_lines)
+        .key("step_lines").integer(d.step_lines).key("folded_allocs").integer(d.folded_allocs)
+        .key("unpaired_frees").integer(d.unpaired_frees).key("not_paired").integer(d.not_paired)
+        .key("bands_total").integer(static_cast<std::int64_t>(bands.seen()))
+        .key("bands_drawn").integer(static_cast<std::int64_t>(kept.size()));
+    // Columns, not objects: a page of thousands of bands stays small.
+    const auto column = [&](const char* name, auto get) {
+      out.key(name).begin_array();
+      for (const alloc_band& b : kept) { out.integer(get(b)); }
+      out.end_array();
+    };
+    column("t", [](const alloc_band& b) { return b.t; });
+    column("end", [](const alloc_band& b) { return b.end; });
+    column("bytes", [](const alloc_band& b) { return b.bytes; });
+    column("site", [](const alloc_band& b) { return b.site; });
+    column("thread", [](const alloc_band& b) { return b.thread; });
+    column("live_at_end", [](const alloc_band& b) { return static_cast<std::int64_t>(b.live_at_end); });
+    out.end_object();
     out.key("used");
     if (d.used.samples() > 0) {
       series(d.used);

@@ -26,6 +26,7 @@ struct report_limits {
   std::size_t max_op_names = 10000;        ///< distinct names in the per-operation summary
   std::size_t max_alerts = 500;            ///< alerts listed and drawn
   std::size_t max_skipped_shown = 50;      ///< skipped lines listed with their reason
+  std::size_t max_bands = 2000;            ///< allocations drawn as bands per device (half the largest, half the most area)
 };
 
 /// What the reader made of a log: feed it lines with `add_line`, then ask for `data_json`.

@@ -269,8 +269,11 @@
       head.appendChild(el('h3', { text: deviceLabel(device.device) + (device.name ? ' \u00b7 ' + device.name : '') }));
       var meta = [];
       if (device.total_bytes > 0) { meta.push(fmtBytes(device.total_bytes) + ' capacity'); }
-      meta.push(plural(device.samples, 'sample'));
-      meta.push(fmtInt(device.allocations) + ' allocations, ' + fmtInt(device.frees) + ' frees');
+      meta.push(device.timeline.lines ? plural(device.samples, 'point') + ' (' + plural(device.timeline.lines, 'timeline line') + ')'
+                                      : plural(device.samples, 'sample'));
+      if (device.allocations || device.frees || !device.timeline.lines) {
+        meta.push(fmtInt(device.allocations) + ' allocations, ' + fmtInt(device.frees) + ' frees');
+      }
       head.appendChild(el('span', { 'class': 'meta', text: meta.join(' \u00b7 ') }));
     } else {
       head.appendChild(el('h3', { text: 'Operations' }));
@@ -282,7 +285,7 @@
     if (device) {
       var points = device.live.t.length;
       if (points < device.live.samples) {
-        notes.push(fmtInt(device.live.samples) + ' memory samples drawn as ' + fmtInt(points) +
+        notes.push(fmtInt(device.live.samples) + ' memory ' + (device.timeline.lines ? 'points' : 'samples') + ' drawn as ' + fmtInt(points) +
                    ' points (each time bucket keeps its first, last, lowest and highest sample, so peaks survive).');
       }
     }
@@ -381,8 +384,9 @@
       }
       var g = sv('g', { 'clip-path': 'url(#' + clipId + ')' }, root);
       // A series as a polyline; `steps`: each value holds over the interval that ends at its sample
-      // (the ledger's peak_bytes is the most since the previous sample), drawn as a step.
-      var pathOf = function (series, steps) {
+      // (the ledger's peak_bytes is the most since the previous sample), drawn as a step; `hold`:
+      // each value holds until the next point (the timeline's live bytes, exact after each event).
+      var pathOf = function (series, steps, hold) {
         var ts = series.t;
         var vs = series.v;
         var lo = Math.max(0, lowerBound(ts, t0) - 1);
@@ -391,11 +395,12 @@
         for (var i = lo; i < hi; ++i) {
           var py = yOf(vs[i]).toFixed(1);
           if (steps && i > lo) { parts.push('L' + x(ts[i - 1]).toFixed(1) + ',' + py); }
+          if (hold && i > lo) { parts.push('L' + x(ts[i]).toFixed(1) + ',' + yOf(vs[i - 1]).toFixed(1)); }
           parts.push((parts.length ? 'L' : 'M') + x(ts[i]).toFixed(1) + ',' + py);
         }
         return { d: parts.join(''), first: lo, last: hi - 1 };
       };
-      var live = pathOf(d.live);
+      var live = pathOf(d.live, false, d.timeline.lines > 0);
       if (live.d) {
         var ts = d.live.t;
         var area = live.d + 'L' + x(ts[live.last]).toFixed(1) + ',' + yOf(0).toFixed(1) +
@@ -554,6 +559,189 @@
     box.style.top = (ev.clientY - wrapRect.top + 12) + 'px';
   };
 
+  // ---- allocations over time: each allocation a band over its lifetime --------------------------
+  // The layout of PyTorch's memory_viz: bands stacked in the order they were allocated; when one is
+  // freed, those above it move down, so the top of the stack is the sum of the drawn bands. Behind
+  // them, grey, the exact live bytes of every allocation (folded ones too): what no band covers is
+  // memory of allocations not drawn. The layout is computed once; zooming only redraws.
+  var ALLOC_H = 260;
+  var sitesByRaw = {};
+  if (data.sites) {
+    data.sites.sites.forEach(function (st) {
+      sitesByRaw[st.site] = st;
+      (st.raw_sites || []).forEach(function (r) { sitesByRaw[r] = st; });
+    });
+  }
+  function siteKey(raw) { return sitesByRaw[raw] ? 'site ' + sitesByRaw[raw].site : 'raw ' + raw; }
+  function siteColor(raw) { return raw === 0 ? '#7d8797' : nameColor(siteKey(raw)); }
+  function siteText(raw) {
+    if (raw === 0) { return 'no stack (stacks were off, or this allocation was not sampled)'; }
+    var st = sitesByRaw[raw];
+    if (!st) { return 'site #' + raw + ' (its frames are not in the log: only the top sites are)'; }
+    return 'site #' + st.site + ':\n' + st.frames.slice(0, 8).map(function (f) {
+      return '  ' + (f.function || f.address) + (f.file ? ' ' + f.file.split('/').pop() + (f.line ? ':' + f.line : '') : '');
+    }).join('\n') + (st.frames.length > 8 ? '\n  ...' : '');
+  }
+
+  function AllocChart(container, device) {
+    this.device = device;
+    this.id = 'allocations-device-' + device.device;
+    var tl = device.timeline;
+    var n = tl.t.length;
+    // Stack the bands: events in time order (at one moment frees first, then allocations).
+    var events = [];
+    for (var i = 0; i < n; ++i) {
+      events.push([tl.t[i], 1, i]);
+      // (A band freed at the moment it was made is freed just after, not before, its allocation.)
+      if (!tl.live_at_end[i]) { events.push([tl.end[i] > tl.t[i] ? tl.end[i] : tl.t[i] + 0.5, 0, i]); }
+    }
+    events.sort(function (a, b) { return a[0] - b[0] || a[1] - b[1] || a[2] - b[2]; });
+    var stack = [];
+    var offset = new Array(n);
+    var moves = new Array(n);  // per band: [time, offset] after each move down
+    var top = 0;
+    var highest = 0;
+    events.forEach(function (e) {
+      var b = e[2];
+      if (e[1] === 1) {
+        offset[b] = top;
+        moves[b] = [[tl.t[b], top]];
+        stack.push(b);
+        top += tl.bytes[b];
+        highest = Math.max(highest, top);
+        return;
+      }
+      var at = stack.indexOf(b);
+      if (at < 0) { return; }
+      stack.splice(at, 1);
+      top -= tl.bytes[b];
+      for (var k = at; k < stack.length; ++k) {
+        var m = moves[stack[k]];
+        var now = m[m.length - 1][1] - tl.bytes[b];
+        if (m[m.length - 1][0] === e[0]) { m[m.length - 1][1] = now; } else { m.push([e[0], now]); }
+      }
+    });
+    this.moves = moves;
+    this.offset = offset;
+    this.highest = highest;
+    this.box = el('div', { 'class': 'chart-box' });
+    var wrap = el('div', { 'class': 'device-chart', id: this.id + '-box' });
+    var head = el('div', { 'class': 'chart-head' });
+    head.appendChild(el('h3', { text: deviceLabel(device.device) + (device.name ? ' \u00b7 ' + device.name : '') }));
+    head.appendChild(el('span', { 'class': 'meta', text: plural(tl.alloc_lines, 'alloc line') + ', ' +
+      plural(tl.step_lines, 'mem_step line') }));
+    wrap.appendChild(head);
+    wrap.appendChild(this.box);
+    var notes = [];
+    if (tl.bands_drawn < tl.bands_total) {
+      notes.push(fmtInt(tl.bands_drawn) + ' of ' + fmtInt(tl.bands_total) + ' allocations drawn as bands (the largest, ' +
+                 'and those longest on the chart: bytes times lifetime); grey is every allocation\'s memory, exact.');
+    }
+    if (tl.folded_allocs > 0) {
+      notes.push(fmtInt(tl.folded_allocs) + ' allocations came faster than timeline_events per millisecond and were ' +
+                 'folded into mem_step lines: they are in the grey total, not drawn one by one.');
+    }
+    if (tl.unpaired_frees > 0 || tl.not_paired > 0) {
+      notes.push(fmtInt(tl.unpaired_frees) + ' free lines without their alloc line, ' + fmtInt(tl.not_paired) +
+                 ' allocations past the pairing limit: not drawn.');
+    }
+    notes.forEach(function (t) { wrap.appendChild(el('p', { 'class': 'chart-note', text: t })); });
+    container.appendChild(wrap);
+  }
+
+  AllocChart.prototype.render = function () {
+    var d = this.device;
+    var tl = d.timeline;
+    var width = Math.max(640, Math.floor(this.box.clientWidth || 1200));
+    var plotW = width - MARGIN.left - MARGIN.right;
+    var top = MARGIN.top;
+    var bottom = top + ALLOC_H;
+    var height = bottom + AXIS_H + 4;
+    var t0 = view.t0;
+    var t1 = view.t1;
+    var span = Math.max(1, t1 - t0);
+    function x(t) { return MARGIN.left + (t - t0) / span * plotW; }
+    var max = Math.max(d.live.max, this.highest, 1);
+    var yStep = niceByteStep(max * 1.04);
+    var yMax = Math.ceil(max * 1.04 / yStep) * yStep;
+    function y(v) { return bottom - v / yMax * ALLOC_H; }
+    var root = sv('svg', { id: this.id, 'class': 'timeline allocations', width: width, height: height,
+                           viewBox: '0 0 ' + width + ' ' + height, role: 'img',
+                           'aria-label': 'allocations over time on ' + deviceLabel(d.device) });
+    var clipId = this.id + '-clip';
+    var clip = sv('clipPath', { id: clipId }, sv('defs', null, root));
+    sv('rect', { x: MARGIN.left, y: top - 2, width: plotW, height: ALLOC_H + 4 }, clip);
+    sv('rect', { 'class': 'plot-bg', x: MARGIN.left, y: top, width: plotW, height: ALLOC_H }, root);
+    for (var v = 0; v <= yMax + 0.5; v += yStep) {
+      var gy = Math.round(y(v)) + 0.5;
+      sv('line', { 'class': 'grid', x1: MARGIN.left, x2: MARGIN.left + plotW, y1: gy, y2: gy }, root);
+      sv('text', { 'class': 'tick-label', x: MARGIN.left - 8, y: gy + 4, 'text-anchor': 'end', text: fmtAxisBytes(v) }, root);
+    }
+    var tStep = niceTimeStep(span, Math.max(2, Math.floor(plotW / 110)));
+    for (var tk = Math.ceil(t0 / tStep) * tStep; tk <= t1 + 1e-6; tk += tStep) {
+      var gx = Math.round(x(tk)) + 0.5;
+      sv('line', { 'class': 'grid', x1: gx, x2: gx, y1: top, y2: bottom }, root);
+      sv('text', { 'class': 'tick-label', x: gx, y: bottom + 16, 'text-anchor': 'middle', text: fmtTimeTick(tk, tStep) }, root);
+    }
+    var g = sv('g', { 'clip-path': 'url(#' + clipId + ')' }, root);
+    // Every allocation's live bytes, as steps: a value holds until the next event.
+    var ts = d.live.t;
+    var vs = d.live.v;
+    if (ts.length) {
+      var parts = ['M' + x(ts[0]).toFixed(1) + ',' + y(0).toFixed(1)];
+      for (var i = 0; i < ts.length; ++i) {
+        var px = x(ts[i]).toFixed(1);
+        if (i > 0) { parts.push('L' + px + ',' + y(vs[i - 1]).toFixed(1)); }
+        parts.push('L' + px + ',' + y(vs[i]).toFixed(1));
+      }
+      parts.push('L' + x(Math.max(ts[ts.length - 1], domainEnd)).toFixed(1) + ',' + y(vs[vs.length - 1]).toFixed(1));
+      parts.push('L' + x(Math.max(ts[ts.length - 1], domainEnd)).toFixed(1) + ',' + y(0).toFixed(1) + 'Z');
+      sv('path', { 'class': 'alloc-total', d: parts.join('') }, g);
+    }
+    var moves = this.moves;
+    var offset = this.offset;
+    for (var b = 0; b < tl.t.length; ++b) {
+      var start = tl.t[b];
+      var end = tl.end[b];
+      if (end < t0 || start > t1) { continue; }
+      var m = moves[b];
+      var bytes = tl.bytes[b];
+      var lower = [];
+      var upper = [];
+      var xEnd = x(Math.min(end, t1 + span)).toFixed(1);
+      for (var k = 0; k < m.length; ++k) {
+        var mx = x(Math.max(m[k][0], t0 - span)).toFixed(1);
+        if (k > 0) {
+          lower.push('L' + mx + ',' + y(m[k - 1][1]).toFixed(1));
+          upper.push(mx + ',' + y(m[k - 1][1] + bytes).toFixed(1));
+        }
+        lower.push((k ? 'L' : 'M') + mx + ',' + y(m[k][1]).toFixed(1));
+        upper.push(mx + ',' + y(m[k][1] + bytes).toFixed(1));
+      }
+      var last = m[m.length - 1][1];
+      lower.push('L' + xEnd + ',' + y(last).toFixed(1));
+      upper.push(xEnd + ',' + y(last + bytes).toFixed(1));
+      var path = lower.join('') + 'L' + upper.reverse().join('L') + 'Z';
+      var site = tl.site[b];
+      var band = sv('path', { 'class': 'alloc-band' + (tl.live_at_end[b] ? ' live-at-end' : ''), d: path,
+                              fill: siteColor(site), 'data-index': b, 'data-t': start, 'data-end': end,
+                              'data-bytes': bytes, 'data-offset': offset[b], 'data-site': site }, g);
+      svgTitle(band, fmtBytes(bytes) + ' allocated at ' + fmtDur(start) + ' by thread ' + tl.thread[b] + ', ' +
+               (tl.live_at_end[b] ? 'still live at the end' : 'freed at ' + fmtDur(end) + ' (lived ' + fmtDur(end - start) + ')') +
+               '\n' + siteText(site));
+    }
+    sv('line', { 'class': 'axis', x1: MARGIN.left, x2: MARGIN.left + plotW, y1: bottom + 0.5, y2: bottom + 0.5 }, root);
+    sv('line', { 'class': 'axis', x1: MARGIN.left + 0.5, x2: MARGIN.left + 0.5, y1: top, y2: bottom }, root);
+    sv('text', { 'class': 'axis-title', x: 4, y: top + 10, text: 'bytes' }, root);
+    sv('text', { 'class': 'axis-title', x: 4, y: bottom + 16, text: 'time' }, root);
+    this.box.textContent = '';
+    this.box.appendChild(root);
+    var rect = root.getBoundingClientRect();
+    root.setAttribute('data-bbox', [Math.round(rect.left + window.scrollX), Math.round(rect.top + window.scrollY),
+                                    Math.round(rect.width), Math.round(ALLOC_H + MARGIN.top)].join(','));
+    root.setAttribute('data-y-max', yMax);
+  };
+
   function renderCharts() { charts.forEach(function (c) { c.render(); }); }
   var resetButton = null;
   function zoomTo(a, b) {
@@ -573,7 +761,7 @@
               ', so there is no memory timeline to draw.' }));
     } else {
       item('live', 'live bytes (ledger)');
-      item('peak', 'peak between samples');
+      if (memDevices.some(function (d) { return !d.timeline.lines; })) { item('peak', 'peak between samples'); }
       if (memDevices.some(function (d) { return d.used; })) { item('used', 'used bytes, device-wide'); }
       if (memDevices.some(function (d) { return d.total_bytes > 0; })) { item('capacity', 'capacity'); }
     }
@@ -604,6 +792,25 @@
     window.addEventListener('resize', function () {
       clearTimeout(pending);
       pending = setTimeout(renderCharts, 120);
+    });
+  })();
+
+  (function allocationTimelines() {
+    var box = byId('allocation-timelines');
+    var withBands = devices.filter(function (d) { return d.timeline && d.timeline.alloc_lines > 0; });
+    if (withBands.length === 0) {
+      box.appendChild(el('p', { 'class': 'empty-note', id: 'no-allocations',
+        text: 'No alloc lines in the log (a log written with timeline_events=0, or by a gpuguard from before the ' +
+              'memory timeline): there are no allocations to draw.' }));
+      return;
+    }
+    byId('allocations-note').textContent = 'Each allocation a band from its allocation to its free, stacked in the ' +
+      'order they were made, coloured by allocation site; hover a band for its size, lifetime and stack. ' +
+      'Grey: the live bytes of every allocation. The charts zoom with the ones above.';
+    withBands.forEach(function (d) {
+      var c = new AllocChart(box, d);
+      charts.push(c);
+      c.render();
     });
   })();
 

@@ -17,8 +17,11 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import zlib
+
+import timeline_logs  # beside this file
 
 GPUGUARD = None
 DATA = None
@@ -27,17 +30,21 @@ WINDOW = (1400, 1800)
 
 
 def chromium(*args):
-    """Runs headless Chromium with a throwaway profile; returns its stdout, or fails with its stderr."""
+    """Runs headless Chromium with a throwaway profile; returns its stdout, or fails with its stderr.
+    The page's console goes to stderr (--enable-logging): an uncaught JavaScript error fails the test."""
     profile = tempfile.mkdtemp(prefix="gpuguard-chromium-")
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
            "--window-size=%d,%d" % WINDOW, "--virtual-time-budget=5000", "--no-first-run",
-           "--user-data-dir=" + profile, *args]
+           "--enable-logging=stderr", "--v=0", "--user-data-dir=" + profile, *args]
     try:
         r = subprocess.run(cmd, capture_output=True, timeout=90)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     if r.returncode != 0:
         raise AssertionError("chromium failed (%d): %s" % (r.returncode, r.stderr.decode(errors="replace")[-2000:]))
+    errors = [l for l in r.stderr.decode(errors="replace").splitlines() if "CONSOLE" in l and "Uncaught" in l]
+    if errors:
+        raise AssertionError("the page's script failed: " + "\n".join(errors[:5]))
     return r.stdout.decode("utf-8")
 
 
@@ -156,7 +163,7 @@ class browser_test(unittest.TestCase):
         cls.tmp.cleanup()
 
     def render(self, log_name):
-        out = os.path.join(self.tmp.name, log_name.replace(".jsonl", ".html"))
+        out = os.path.join(self.tmp.name, os.path.basename(log_name).replace(".jsonl", ".html"))
         r = subprocess.run([GPUGUARD, "report", os.path.join(DATA, log_name), "-o", out], capture_output=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         return out
@@ -258,6 +265,106 @@ class browser_test(unittest.TestCase):
         orange = sum(n for c, n in pixels.items() if c[0] > 180 and 80 < c[1] < 150 and c[2] < 60)
         self.assertGreater(blue, 500, "the live-bytes line (blue) is not visible")
         self.assertGreater(orange, 500, "the used-bytes line (orange) is not visible")
+
+    def test_allocation_bands_are_stacked_exactly(self):
+        log = os.path.join(self.tmp.name, "timeline.jsonl")
+        bands, live = timeline_logs.small_log(log)
+        page = self.render(log)
+        dom = parse_dom(chromium("--dump-dom", "file://" + page))
+        self.assertEqual(dom.find_all("body")[0].attrs.get("data-rendered"), "true")
+        svg = dom.by_id("allocations-device-0")
+        self.assertIsNotNone(svg, "no svg#allocations-device-0")
+        drawn = svg.find_all("path", "alloc-band")
+        self.assertEqual(len(drawn), len(bands))
+        y_max = float(svg.attrs["data-y-max"])
+        top, height = 12, 260   # MARGIN.top and ALLOC_H of report_script.js
+
+        def y(v):
+            return round(top + height - v / y_max * height, 1)
+
+        for band, path in zip(bands, drawn):
+            a = path.attrs
+            self.assertEqual((int(a["data-t"]), int(a["data-end"]), int(a["data-bytes"]), int(a["data-site"])),
+                             (band["t"], band["end"], band["bytes"], band["site"]))
+            self.assertEqual(int(a["data-offset"]), band["moves"][0][1], "where the band starts on the stack")
+            self.assertEqual("live-at-end" in path.classes(), bool(band["live_at_end"]))
+            # Its outline: the bottom at each offset it takes as bands below it are freed, the top a
+            # band's size above.
+            ys = {float(v) for v in re.findall(r"[ML]\s*-?[\d.]+\s*,\s*(-?[\d.]+)", a["d"])}
+            expected = {y(o) for _, o in band["moves"]} | {y(o + band["bytes"]) for _, o in band["moves"]}
+            self.assertEqual(ys, expected, "band at %d" % band["t"])
+            title = path.find_all("title")[0].all_text()
+            self.assertIn("%d.0 MiB allocated at" % (band["bytes"] // 2**20), title)
+            self.assertIn("by thread %d" % band["thread"], title)
+            if band["site"] == 11:
+                self.assertIn("make_activations() train.cpp:21", title)
+            if band["site"] == 0:
+                self.assertIn("no stack", title)
+            self.assertIn("still live at the end" if band["live_at_end"] else "freed at", title)
+        colours = [p.attrs["fill"] for p in drawn]
+        self.assertEqual(colours[0], colours[2], "one site, one colour")
+        self.assertNotEqual(colours[0], colours[1])
+        # The grey total and the memory chart's live line hold each value until the next event.
+        total = svg.find_all("path", "alloc-total")[0].attrs["d"]
+        self.assertEqual(sorted({float(v) for v in re.findall(r"[ML]\s*-?[\d.]+\s*,\s*(-?[\d.]+)", total)}),
+                         sorted({y(v) for _, v in live} | {y(0)}))
+        chart = dom.by_id("timeline-device-0")
+        line = next(p for p in chart.find_all("path") if "series-live" in p.classes())
+        points = re.findall(r"[ML]\s*(-?[\d.]+)\s*,\s*(-?[\d.]+)", line.attrs["d"])
+        self.assertEqual(len(points), 2 * len(live) - 1, "a step per event")
+        self.assertEqual(chart.find_all("path", "series-peak")[0].attrs.get("d", ""), "")
+
+    def test_a_band_freed_the_moment_it_was_made_is_stacked_on_top(self):
+        log = os.path.join(self.tmp.name, "instant.jsonl")
+        mib = 2**20
+        lines = ['{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":7,"program":"/bin/x","unix_ns":0}']
+        for kind, t, address, size, live in (("alloc", 100, "0x10", mib, mib), ("alloc", 200, "0x20", 2 * mib, 3 * mib),
+                                             ("free", 200, "0x20", 2 * mib, mib), ("alloc", 250, "0x30", mib, 2 * mib),
+                                             ("free", 280, "0x30", mib, mib), ("free", 300, "0x10", mib, 0)):
+            lines.append('{"v":1,"type":"%s","t":%d,"device":0,"address":"%s","bytes":%d,"live_bytes":%d,"site":0,'
+                         '"thread":1}' % (kind, t, address, size, live))
+        with open(log, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        dom = parse_dom(chromium("--dump-dom", "file://" + self.render(log)))
+        drawn = dom.by_id("allocations-device-0").find_all("path", "alloc-band")
+        self.assertEqual([(int(p.attrs["data-t"]), int(p.attrs["data-end"]), int(p.attrs["data-offset"])) for p in drawn],
+                         [(100, 300, 0), (200, 200, mib), (250, 280, mib)], "the instant band is off the stack at once")
+
+    def test_a_million_allocation_events_load_quickly_and_render(self):
+        log = os.path.join(self.tmp.name, "million.jsonl")
+        peak, allocations = timeline_logs.million_log(log)
+        started = time.monotonic()
+        page = self.render(log)
+        written = time.monotonic() - started
+        size = os.path.getsize(page)
+        self.assertLess(size, 1 * 2**20, "the page of a million events stays under 1 MiB")
+        started = time.monotonic()
+        dom = parse_dom(chromium("--dump-dom", "file://" + page))
+        loaded = time.monotonic() - started
+        self.assertEqual(dom.find_all("body")[0].attrs.get("data-rendered"), "true", "the page's script did not finish")
+        svg = dom.by_id("allocations-device-0")
+        bands = svg.find_all("path", "alloc-band")
+        self.assertGreater(len(bands), 900)
+        self.assertLessEqual(len(bands), 2000)
+        self.assertIn(96 * 2**20, [int(b.attrs["data-bytes"]) for b in bands], "the spike's band is drawn")
+        notes = dom.by_id("allocation-timelines").all_text()
+        self.assertIn("of %s allocations drawn as bands" % format(allocations, ","), notes)
+        # Loading and drawing a million events' page, Chromium's start included: well under the
+        # 90 s the helper allows (about 1-2 s on a 2-core CPU machine).
+        self.assertLess(loaded, 30, "Chromium took %.1f s to load and draw the page" % loaded)
+        shot = os.path.join(self.tmp.name, "million.png")
+        chromium("--screenshot=" + shot, "file://" + page)
+        left, top, width, height = (int(v) for v in svg.attrs["data-bbox"].split(","))
+        self.assertLessEqual(top + height, WINDOW[1], "the allocations chart is below the screenshot")
+        w, h, bpp, png_rows = decode_png(shot, top + height)
+        colours = collections.Counter()
+        for yy in range(top, top + height):
+            row = png_rows[yy]
+            for xx in range(left, min(left + width, w)):
+                colours[row[xx * bpp:xx * bpp + 3]] += 1
+        self.assertGreater(len(colours), 20, "the allocations chart looks blank")
+        print("million: %d allocations; page %d bytes written in %.1f s, loaded and drawn by Chromium in %.1f s"
+              % (allocations, size, written, loaded), file=sys.stderr)
 
     def test_bad_lines_are_listed(self):
         page = self.render("bad_lines.jsonl")

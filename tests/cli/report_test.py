@@ -17,6 +17,8 @@ import sys
 import tempfile
 import unittest
 
+import timeline_logs  # beside this file
+
 GPUGUARD = None
 ROOT = None
 DATA = None
@@ -390,6 +392,58 @@ class report_test(unittest.TestCase):
         self.assertIn(True, {o["exception"] for o in data["ops"]}, "the exception op was thinned away")
         self.assertEqual(sum(s["calls"] for s in data["op_summary"]), n_ops)
         self.assertLess(len(page), 2 * 2**20)
+
+    def test_memory_timeline_draws_every_step_and_each_allocation(self):
+        log = self.path("timeline.jsonl")
+        bands, live = timeline_logs.small_log(log)
+        _, page, data = self.render(log)
+        device = data["devices"][0]
+        # The live series is the timeline's: every step, and the mem_step's 20 MiB peak where it was.
+        self.assertEqual(list(zip(device["live"]["t"], device["live"]["v"])), live)
+        self.assertEqual(device["live"]["max"], 20 * 2**20)
+        self.assertEqual(device["peak"]["t"], [], "no 'peak between samples' where the timeline has every step")
+        tl = device["timeline"]
+        self.assertEqual((tl["alloc_lines"], tl["step_lines"], tl["folded_allocs"], tl["unpaired_frees"]), (4, 1, 3, 0))
+        self.assertEqual((tl["bands_total"], tl["bands_drawn"]), (4, 4))
+        for key in ("t", "end", "bytes", "site", "thread", "live_at_end"):
+            self.assertEqual(tl[key], [b[key] for b in bands], key)
+        sites = {s["site"]: s["raw_sites"] for s in data["sites"]["sites"]}
+        self.assertEqual(sites, {12: [12], 11: [11]})
+
+    def test_memory_timeline_lines_are_checked(self):
+        log = self.path("bad-timeline.jsonl")
+        with open(log, "w") as f:
+            f.write('{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":9,"program":"/bin/x","unix_ns":0}\n')
+            f.write('{"v":1,"type":"alloc","t":5,"device":0,"address":"0xZZ","bytes":1,"live_bytes":1,"site":0,"thread":1}\n')
+            f.write('{"v":1,"type":"free","t":6,"device":0,"address":"0x10","bytes":1,"live_bytes":0,"thread":1}\n')
+            f.write('{"v":1,"type":"mem_step","t":7,"end":8,"device":0,"start_bytes":0,"end_bytes":0,"min_bytes":9,'
+                    '"min_t":7,"max_bytes":1,"max_t":7,"allocs":1,"frees":1,"alloc_bytes":1,"free_bytes":1,"queue_full":false}\n')
+            f.write('{"v":1,"type":"free","t":9,"device":0,"address":"0x10","bytes":1,"live_bytes":0,"site":0,"thread":1}\n')
+        r, _, data = self.render(log)
+        err = r.stderr.decode()
+        self.assertIn(':2: alloc: field "address" must be a hexadecimal address ("0x..."), not "0xZZ"', err)
+        self.assertIn(':3: free: field "site" is missing', err)
+        self.assertIn(':4: mem_step: field "min_bytes" is above "max_bytes"', err)
+        self.assertEqual(data["devices"][0]["timeline"]["unpaired_frees"], 1)
+
+    def test_a_million_timeline_events_give_a_bounded_page_with_the_exact_peak(self):
+        log = self.path("million.jsonl")
+        peak, allocations = timeline_logs.million_log(log)
+        r, page, data = self.render(log)
+        self.assertEqual(r.returncode, 0)
+        device = data["devices"][0]
+        tl = device["timeline"]
+        self.assertEqual(device["live"]["max"], peak, "the one-microsecond spike is the peak")
+        self.assertLessEqual(len(device["live"]["t"]), 4 * data["limits"]["max_buckets"])
+        self.assertEqual(tl["alloc_lines"], allocations)
+        self.assertEqual(tl["bands_total"], allocations)
+        self.assertLessEqual(tl["bands_drawn"], data["limits"]["max_bands"])
+        self.assertGreater(tl["bands_drawn"], 900)
+        spike = [i for i, b in enumerate(tl["bytes"]) if b == 96 * 2**20]
+        self.assertEqual(len(spike), 1, "the spike's band was kept")
+        self.assertEqual(tl["end"][spike[0]] - tl["t"][spike[0]], 1000)
+        self.assertTrue(all(t <= e <= data["run"]["duration_ns"] for t, e in zip(tl["t"], tl["end"])))
+        self.assertLess(len(page), 1 * 2**20, "the page stays small")
 
     def test_many_threads_and_deep_nesting_stay_bounded(self):
         log = self.path("threads.jsonl")

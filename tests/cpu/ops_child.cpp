@@ -8,6 +8,13 @@
 //   spike     1 MiB kept, a pause of 300 ms (the device is sampled), then 40 MiB allocated and
 //             freed at once, and the end 20 ms later: a spike far shorter than sample_ms
 //   spike_first  the same spike before anything else, and the end 20 ms later
+//   steps     1, 2 and 4 MiB allocated, 2 and 4 freed, 3 allocated and freed, 1 freed: live
+//             1, 3, 7, 3, 1, 4, 1, 0 MiB within a millisecond or so, far shorter than sample_ms
+//   timeline_full  blocks the writer in the alert callback, then 4 threads make 40000 allocations
+//             and frees each (one a 32 MiB spike) into the timeline's queue of 65536: the rest
+//             are folded by the producers
+//   many N    N allocations of 4 KiB through a ring of 8 (each freed when its slot comes round),
+//             one of them (the N/2-th) 64 MiB: the peak is 7 * 4 KiB + 64 MiB for microseconds
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/op_scope.hpp>
@@ -161,6 +168,72 @@ int spike(bool pause_first) {
   return 0;
 }
 
+// Every step of the memory timeline, faster than any sampling. With the log's path: flush_outputs()
+// then says how many alloc lines the log has (the writer sleeps for sample_ms otherwise).
+int steps(const char* log) {
+  gpuguard::enable_tracking();
+  gpuguard::device_buffer a(1 * mib);
+  {
+    const gpuguard::device_buffer b(2 * mib);
+    const gpuguard::device_buffer c(4 * mib);
+  }  // c, then b
+  { const gpuguard::device_buffer d(3 * mib); }
+  if (log != nullptr) {
+    const bool flushed = gpuguard::flush_outputs();
+    int lines = 0;
+    if (std::FILE* f = std::fopen(log, "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, f) != nullptr) { lines += std::strstr(line, "\"type\":\"alloc\"") != nullptr ? 1 : 0; }
+      std::fclose(f);
+    }
+    std::printf("ops_child: flushed %d, %d alloc lines after flush_outputs\n", flushed ? 1 : 0, lines);
+  }
+  return 0;
+}
+
+// More allocations and frees than the timeline queue holds, from 4 threads, while the writer is
+// stuck: the producers fold what does not fit, and nothing is lost.
+int timeline_full() {
+  // Static: the writer may still be leaving the callback when this function has returned.
+  static std::atomic<bool> release{false};
+  static std::atomic<int> alerts{0};
+  gpuguard::set_alert_callback([](const gpuguard::alert& fired) {
+    if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
+    alerts.fetch_add(1);
+    while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
+  });
+  gpuguard::enable_tracking();
+  {
+    GPUGUARD_OP("grow");  // passes alert_op_growth=1K: the writer enters the callback
+    cache().emplace_back(4096);
+  }
+  while (alerts.load() == 0) { std::this_thread::yield(); }
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 40000; ++i) {
+        const gpuguard::device_buffer b(t == 2 && i == 20000 ? 32 * mib : std::size_t{4096});
+      }
+    });
+  }
+  for (std::thread& t : threads) { t.join(); }
+  release.store(true);
+  return gpuguard::flush_outputs() ? 0 : 1;
+}
+
+// A burst of allocations far more than timeline_events per millisecond.
+int many(long count) {
+  gpuguard::enable_tracking();
+  std::vector<gpuguard::device_buffer> ring(8);
+  for (long i = 0; i < count; ++i) {
+    gpuguard::device_buffer& slot = ring[static_cast<std::size_t>(i % 8)];
+    slot = gpuguard::device_buffer();  // frees the old block first
+    slot = gpuguard::device_buffer(i == count / 2 ? 64 * mib : std::size_t{4096});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -171,6 +244,9 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "fork") == 0) { return forking(); }
   if (std::strcmp(mode, "spike") == 0) { return spike(true); }
   if (std::strcmp(mode, "spike_first") == 0) { return spike(false); }
+  if (std::strcmp(mode, "steps") == 0) { return steps(argc > 2 ? argv[2] : nullptr); }
+  if (std::strcmp(mode, "timeline_full") == 0) { return timeline_full(); }
+  if (std::strcmp(mode, "many") == 0) { return many(argc > 2 ? std::atol(argv[2]) : 200000); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;
 } catch (const std::exception& error) {

@@ -27,9 +27,9 @@ def check(condition, what, detail=""):
     return condition
 
 
-def run(mode, options, timeout=60):
+def run(mode, options, timeout=60, args=()):
     env = dict(os.environ, GPUGUARD_OPTIONS=options)
-    return subprocess.run([CHILD, mode], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([CHILD, mode, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def load_schema(name):
@@ -262,6 +262,117 @@ for mode, sample_ms in (("spike", 200), ("spike_first", 1000)):
               "spike: the alert carries the crossing's time, ahead of the samples that no longer see it",
               (full[0], samples_after))
     print("%s: %s" % (mode, full[0]["message"] if full else "no alert"))
+
+# ---- memory over time from the ledger's own events: every step, however fast ------------------------
+# The whole run takes about a millisecond and sample_ms is a second: samples alone would draw nothing.
+jsonl, trace_path = os.path.join(tmp, "steps.jsonl"), os.path.join(tmp, "steps.trace.json")
+result = run("steps", "device=host:text_log=off:sample_ms=1000:stacks=all:jsonl_log=%s:trace_file=%s" % (jsonl, trace_path),
+             args=(jsonl,))
+check(result.returncode == 0, "steps: exit status", result.stderr)
+check("ops_child: flushed 1, 4 alloc lines after flush_outputs" in result.stdout,
+      "steps: flush_outputs() waits for the timeline's lines too", result.stdout)
+with open(jsonl) as f:
+    steps_events = [json.loads(l) for l in f]
+for number, event in enumerate(steps_events, 1):
+    validate(event, events_schema, "steps.jsonl:%d" % number)
+expected_live = [1 * MIB, 3 * MIB, 7 * MIB, 3 * MIB, 1 * MIB, 4 * MIB, 1 * MIB, 0]
+timeline = [e for e in steps_events if e["type"] in ("alloc", "free", "mem_step")]
+check([e["type"] for e in timeline] == ["alloc", "alloc", "alloc", "free", "free", "alloc", "free", "free"],
+      "steps: one alloc or free line per event, in order, nothing folded", timeline)
+check([e["live_bytes"] for e in timeline if "live_bytes" in e] == expected_live, "steps: the live bytes after each event",
+      timeline)
+check([e["bytes"] for e in timeline if "bytes" in e] == [1 * MIB, 2 * MIB, 4 * MIB, 4 * MIB, 2 * MIB, 3 * MIB, 3 * MIB, 1 * MIB],
+      "steps: the size of each event", timeline)
+# In order, but for the small steps back the ledger's clock may take when the writer refines its scale.
+check(all(b["t"] > a["t"] - 100000 for a, b in zip(timeline, timeline[1:])), "steps: times in order", timeline)
+alloc_at = {e["address"]: e for e in timeline if e["type"] == "alloc"}
+check(all(e["address"] in alloc_at and alloc_at[e["address"]]["bytes"] == e["bytes"] and
+          alloc_at[e["address"]]["site"] == e["site"] for e in timeline if e["type"] == "free"),
+      "steps: each free names an address, size and site of an allocation", timeline)
+check(all(e["site"] > 0 and e["thread"] >= 1 for e in timeline), "steps: sites (stacks=all) and threads", timeline)
+check(len([e for e in steps_events if e["type"] == "mem"]) <= 2, "steps: at most the first and the last sample",
+      [e for e in steps_events if e["type"] == "mem"])
+with open(trace_path) as f:
+    steps_trace = json.load(f)
+counter_values = []
+for e in sorted((e for e in steps_trace if e["ph"] == "C"), key=lambda e: e["ts"]):
+    if not counter_values or counter_values[-1] != e["args"]["bytes"]:
+        counter_values.append(e["args"]["bytes"])
+check(counter_values == expected_live, "steps: the trace's memory counter has every step and the 7 MiB peak",
+      counter_values)
+
+# Many events: at most timeline_events alloc lines per millisecond, the rest folded into mem_step
+# lines; every event is still counted and the exact peak kept.
+jsonl = os.path.join(tmp, "many.jsonl")
+count = 200000  # ops_child's default for many
+result = run("many", "device=host:text_log=off:timeline_events=8:jsonl_log=" + jsonl)
+check(result.returncode == 0, "many: exit status", result.stderr)
+with open(jsonl) as f:
+    many_events = [json.loads(l) for l in f]
+validated = {}
+for number, event in enumerate(many_events, 1):  # a few of each type: validating is slow
+    if validated.setdefault(event["type"], 0) < 5:
+        validated[event["type"]] += 1
+        validate(event, events_schema, "many.jsonl:%d" % number)
+end_line = many_events[-1]
+host = [d for d in end_line.get("devices", []) if d["device"] == -1]
+peak = 7 * 4096 + 64 * MIB
+check(end_line["type"] == "end" and host and host[0]["allocations"] == count and host[0]["peak_bytes"] == peak,
+      "many: %d allocations, the ledger's peak is 7 * 4 KiB + 64 MiB" % count, end_line)
+allocs = [e for e in many_events if e["type"] == "alloc"]
+frees = [e for e in many_events if e["type"] == "free"]
+steps = [e for e in many_events if e["type"] == "mem_step"]
+# Counted per millisecond as the writer counts: in the order written, a line whose time is behind
+# the latest millisecond seen (the ledger's clock can step back a little when its scale is
+# refined) counts in that latest one.
+per_ms = {}
+window = -1
+for e in many_events:
+    if e["type"] in ("alloc", "free"):
+        window = max(window, e["t"] // 1000000)
+        if e["type"] == "alloc":
+            per_ms[window] = per_ms.get(window, 0) + 1
+check(per_ms and max(per_ms.values()) <= 8, "many: at most 8 alloc lines per millisecond", max(per_ms.values(), default=0))
+check(len(frees) <= len(allocs), "many: a free line only for an allocation that had one", (len(frees), len(allocs)))
+check(bool(host) and len(allocs) + sum(s["allocs"] for s in steps) == count and
+      len(frees) + sum(s["frees"] for s in steps) == host[0]["frees"],
+      "many: every allocation and free is a line or counted in a mem_step",
+      (len(allocs), sum(s["allocs"] for s in steps), len(frees), sum(s["frees"] for s in steps)))
+timeline_lines = len(allocs) + len(frees) + len(steps)
+times = [e["t"] for e in allocs + frees + steps]
+windows = (max(times) - min(times)) // 1000000 + 1 if times else 0
+# Per millisecond at most 8 alloc lines, as many free lines overall, a mem_step cut short by each
+# of them, and one more per writer pass (at most about one per millisecond here).
+check(timeline_lines <= 4 * 8 * windows + windows + 10 and timeline_lines < 2 * count,
+      "many: %d timeline lines for %d events over %d ms (bounded)" % (timeline_lines, 2 * count, windows))
+highest = max([e["live_bytes"] for e in allocs + frees] + [s["max_bytes"] for s in steps])
+check(highest == peak, "many: the timeline keeps the exact peak", highest)
+check(all(s["min_bytes"] <= s["end_bytes"] <= s["max_bytes"] and s["t"] <= s["min_t"] <= s["end"] and
+          s["t"] <= s["max_t"] <= s["end"] for s in steps),
+      "many: each mem_step's lowest, highest and times are consistent", steps[:3])
+print("many: %d events -> %d alloc, %d free and %d mem_step lines over %d ms; peak %d" %
+      (2 * count, len(allocs), len(frees), len(steps), len(per_ms), highest))
+
+# A full timeline queue: 4 threads, 320,000 events while the writer is stuck; the producers fold
+# what does not fit (queue_full mem_step lines), and every event and the exact peak survive.
+jsonl = os.path.join(tmp, "timeline_full.jsonl")
+result = run("timeline_full", "device=host:text_log=off:alert_op_growth=1K:jsonl_log=" + jsonl)
+check(result.returncode == 0, "timeline_full: exit status", result.stderr)
+with open(jsonl) as f:
+    full_events = [json.loads(l) for l in f]
+full_end = [d for d in full_events[-1].get("devices", []) if d["device"] == -1]
+full_steps = [e for e in full_events if e["type"] == "mem_step"]
+full_lines = [e for e in full_events if e["type"] in ("alloc", "free")]
+check(any(s["queue_full"] for s in full_steps), "timeline_full: the producers folded events when the queue was full",
+      len(full_steps))
+if check(bool(full_end), "timeline_full: the end line has host memory", full_events[-1:]):
+    check(sum(e["type"] == "alloc" for e in full_lines) + sum(s["allocs"] for s in full_steps) == full_end[0]["allocations"] and
+          sum(e["type"] == "free" for e in full_lines) + sum(s["frees"] for s in full_steps) == full_end[0]["frees"],
+          "timeline_full: every allocation and free is a line or counted in a mem_step", full_end[0])
+    highest = max([e["live_bytes"] for e in full_lines] + [s["max_bytes"] for s in full_steps])
+    check(highest == full_end[0]["peak_bytes"] and highest >= 32 * MIB,
+          "timeline_full: the timeline keeps the exact peak across threads and folds", (highest, full_end[0]))
+
 
 # ---- a full queue drops, counts and reports, and never blocks ------------------------------------
 jsonl = os.path.join(tmp, "overflow.jsonl")

@@ -60,10 +60,29 @@ check(types.count("op") == 4 * 4 + 1 + 1, "18 op lines (4 steps x 4, eval, faili
 leaks = [e for e in events if e["type"] == "leaks"]
 check(leaks and leaks[0]["total_bytes"] == 96 * 1024 * 1024, "the log's leaks line has 96 MiB", leaks)
 
+# The memory timeline: every allocation and free reached the log, so its highest live bytes are
+# each device's peak, however fast the demo ran (issue 18: the samples alone never drew the peak).
+end_devices = events[-1].get("devices", []) if events else []
+for d in end_devices:
+    if d["allocations"] == 0:
+        continue
+    highest = [e["live_bytes"] for e in events if e["type"] in ("alloc", "free") and e["device"] == d["device"]]
+    highest += [e["max_bytes"] for e in events if e["type"] == "mem_step" and e["device"] == d["device"]]
+    check(highest and max(highest) == d["peak_bytes"], "the timeline of device %d reaches its peak" % d["device"],
+          (max(highest, default=None), d))
+check(end_devices, "the end line has the devices", events[-1:])
+
 html = os.path.join(tmp, "report.html")
 report = subprocess.run([CLI, "report", log, "-o", html], capture_output=True, text=True, timeout=120)
 check(report.returncode == 0, "gpuguard report exits 0", report.stdout + report.stderr)
 check(os.path.getsize(html) > 1000 if os.path.exists(html) else False, "report.html was written")
+if os.path.exists(html):
+    with open(html, encoding="utf-8") as f:
+        page_data = json.loads(re.search(r'id="report-data">(.*?)</script>', f.read(), re.S).group(1))
+    for d in page_data["devices"]:
+        peak = next((e["peak_bytes"] for e in end_devices if e["device"] == d["device"]), None)
+        check(d["live"]["max"] == peak, "the page's chart of device %d reaches the peak" % d["device"], (d["live"]["max"], peak))
+        check(d["timeline"]["bands_drawn"] > 0, "the page draws device %d's allocations as bands" % d["device"], d["timeline"])
 
 if failures:
     print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))

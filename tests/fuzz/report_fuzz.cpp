@@ -135,6 +135,22 @@ std::string check_reading(const std::vector<std::string>& lines, bool last_unter
         if (!v.is_integer() || v.as_integer() > max) { return std::string("a device's ") + name + " series exceeds its max"; }
       }
     }
+    // The allocation bands: columns of one length, within the limit, each band inside the run.
+    const json_value* timeline = at(devices->as_array()[i], "timeline");
+    if (timeline == nullptr) { return "a device without its timeline"; }
+    const std::size_t bands = array_size(at(*timeline, "t"));
+    if (bands > std::max<std::size_t>(limits.max_bands / 2, 1) * 2 ||
+        integer(at(*timeline, "bands_drawn")) != static_cast<std::int64_t>(bands)) {
+      return "a device's allocation bands over their limit";
+    }
+    for (const char* column : {"end", "bytes", "site", "thread", "live_at_end"}) {
+      if (array_size(at(*timeline, column)) != bands) { return "a device's allocation band columns are ragged"; }
+    }
+    for (std::size_t b = 0; b < bands; ++b) {
+      if (integer(&at(*timeline, "end")->as_array()[b]) < integer(&at(*timeline, "t")->as_array()[b])) {
+        return "an allocation band ends before it starts";
+      }
+    }
   }
   const json_value* threads = at(d, "threads");
   std::size_t drawn = 0;
@@ -159,6 +175,7 @@ std::string check(const std::string& text) {
     tiny.max_op_names = 2;
     tiny.max_alerts = 1;
     tiny.max_skipped_shown = 1;
+    tiny.max_bands = 2;
     for (const gpuguard::cli::report_limits& limits : {gpuguard::cli::report_limits{}, tiny}) {
       std::string data;
       std::string broken = check_reading(lines, last_unterminated, limits, text.size(), data);
