@@ -895,7 +895,11 @@ class track(base):
 
 class tty(base):
     def read_until(self, fd, text, timeout=20):
-        seen = b""
+        """Reads the terminal until `text` has appeared after the previous match. What one read
+        brought beyond the match is kept for the next call: under load, two lines written 0.2 s
+        apart can arrive in one read."""
+        pending = self.__dict__.setdefault("_pending", {})
+        seen = pending.get(fd, b"")
         deadline = time.monotonic() + timeout
         while text.encode() not in seen and time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 0.1)
@@ -908,7 +912,9 @@ class tty(base):
                     break
                 seen += chunk
         self.assertIn(text, seen.decode(errors="replace"))
-        return seen.decode(errors="replace")
+        end = seen.index(text.encode()) + len(text.encode())
+        pending[fd] = seen[end:]
+        return seen[:end].decode(errors="replace")
 
     def on_terminal(self, *argv):
         """argv started in a new session whose controlling terminal is a new pty; returns the
