@@ -116,10 +116,8 @@ struct event_counts {
   std::atomic<std::uint64_t> frees{0};
 };
 
-constexpr int device_slots = max_devices + 1;  // slot 0: host, slot d + 1: device d
-int device_slot_of(int device) noexcept {
-  return device >= 0 && device < max_devices ? device + 1 : 0;
-}
+using detail::device_slot_of;
+using detail::device_slots;
 
 }  // namespace
 
@@ -582,6 +580,7 @@ __attribute__((always_inline)) inline std::int64_t ticks_to_ns(std::int64_t tick
 }  // namespace
 
 std::int64_t detail::now_ns() noexcept { return ticks_to_ns(now_ticks()); }
+std::int64_t detail::clock_ticks_to_ns(std::int64_t ticks) noexcept { return ticks_to_ns(ticks); }
 
 void detail::refine_clock() noexcept {
 #if defined(__x86_64__)
@@ -736,7 +735,7 @@ void record_allocation(const allocation_event& event) noexcept {
   // and the live table of one instant.
   const std::size_t live = st.devices[static_cast<std::size_t>(slot)].add(event.bytes);
   st.tag_counters[tag].add(event.bytes);
-  detail::note_mem_event(true, *record, live, thread, -1);  // under the lock: queued before its free
+  detail::note_mem_event(true, *record, live, thread, ticks);  // under the lock: queued before its free
   count_allocation(counts, slot, tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;

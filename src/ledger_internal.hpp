@@ -12,6 +12,11 @@
 
 namespace gpuguard::detail {
 
+/// Per-device tables (the ledger's counters, the timeline's folded figures) index devices by
+/// slot: slot 0 is host memory (and any id out of range), slot d + 1 is device d.
+inline constexpr int device_slots = max_devices + 1;
+constexpr int device_slot_of(int device) noexcept { return device >= 0 && device < max_devices ? device + 1 : 0; }
+
 /// What the calling thread allocated and freed through the ledger, on any device. Operation
 /// scopes read it at entry and exit; only the owning thread writes it.
 struct thread_memory {
@@ -55,6 +60,9 @@ inline std::uint32_t thread_id(thread_state& state) noexcept {
 
 /// The ledger's clock: nanoseconds since it started (steady), and the wall time of its start.
 std::int64_t now_ns() noexcept;
+/// A raw reading of that clock, as the live table keeps it (allocation_record::time_ns before a
+/// snapshot converts it), in the same nanoseconds.
+std::int64_t clock_ticks_to_ns(std::int64_t ticks) noexcept;
 std::int64_t clock_start_unix_ns() noexcept;
 
 /// Refines the scale of the fast clock (see ledger.cpp); the outputs' writer calls it now and then.

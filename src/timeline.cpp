@@ -13,9 +13,6 @@ std::atomic<mem_event_queue*> timeline_queue{nullptr};
 
 namespace {
 
-constexpr int slots = max_devices + 1;  // slot 0: host memory, slot d + 1: device d
-int slot_of(int device) noexcept { return device >= 0 && device < max_devices ? device + 1 : 0; }
-
 // What the producers folded while the queue was full. Updated with relaxed atomics by any thread;
 // the writer takes them with exchanges, so a fold racing with the take lands in this step or the
 // next one, and only the moment of the lowest and highest may be off by that race.
@@ -33,14 +30,14 @@ struct alignas(64) overflow_figures {
   std::atomic<std::uint64_t> last_bytes{0};
 };
 
-std::array<overflow_figures, slots>& overflow() {
-  static auto* figures = new std::array<overflow_figures, slots>();  // lives through exit
+std::array<overflow_figures, device_slots>& overflow() {
+  static auto* figures = new std::array<overflow_figures, device_slots>();  // lives through exit
   return *figures;
 }
 std::atomic<std::uint64_t> overflow_mask{0};
 
 void fold(const mem_event& e) noexcept {
-  overflow_figures& f = overflow()[slot_of(e.device)];
+  overflow_figures& f = overflow()[device_slot_of(e.device)];
   if (f.events.fetch_add(1, std::memory_order_relaxed) == 0) { f.first_ns.store(e.time_ns, std::memory_order_relaxed); }
   if (e.alloc) {
     f.allocs.fetch_add(1, std::memory_order_relaxed);
@@ -64,15 +61,15 @@ void fold(const mem_event& e) noexcept {
   }
   f.last_ns.store(e.time_ns, std::memory_order_relaxed);
   f.last_bytes.store(e.live_bytes, std::memory_order_relaxed);
-  overflow_mask.fetch_or(std::uint64_t{1} << (static_cast<unsigned>(slot_of(e.device)) % 64), std::memory_order_relaxed);
+  overflow_mask.fetch_or(std::uint64_t{1} << (static_cast<unsigned>(device_slot_of(e.device)) % 64), std::memory_order_relaxed);
 }
 
 }  // namespace
 
 void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record& record,
-                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t time_ns) noexcept {
+                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t ticks) noexcept {
   mem_event e;
-  e.time_ns = time_ns < 0 ? now_ns() : time_ns;
+  e.time_ns = ticks < 0 ? now_ns() : clock_ticks_to_ns(ticks);
   e.address = reinterpret_cast<std::uintptr_t>(record.ptr);
   e.bytes = record.bytes;
   e.live_bytes = live_bytes;
@@ -91,7 +88,7 @@ void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record&
 std::uint64_t overflow_devices() noexcept { return overflow_mask.load(std::memory_order_relaxed); }
 
 bool take_overflow(int device, mem_step& out) noexcept {
-  overflow_figures& f = overflow()[slot_of(device)];
+  overflow_figures& f = overflow()[device_slot_of(device)];
   const std::uint64_t events = f.events.exchange(0, std::memory_order_relaxed);
   if (events == 0) { return false; }
   out = mem_step{};

@@ -58,16 +58,17 @@ using mem_event_queue = event_queue<mem_event>;
 /// costs one load). Set and cleared by the outputs.
 extern std::atomic<mem_event_queue*> timeline_queue;
 
-/// Out of line: the queue is set. `time_ns` < 0: take the time now.
+/// Out of line: the queue is set. `ticks`: the ledger clock's raw reading the allocation was
+/// recorded with (converted here, off the path that does not queue), or < 0: take the time now.
 void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record& record,
-                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t time_ns) noexcept;
+                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t ticks) noexcept;
 
 /// Called by the ledger for every allocation and free, inside the shard's lock (so that the free
 /// of an address is queued after its allocation).
 inline void note_mem_event(bool alloc, const allocation_record& record, std::uint64_t live_bytes,
-                           std::uint32_t thread, std::int64_t time_ns) noexcept {
+                           std::uint32_t thread, std::int64_t ticks) noexcept {
   if (mem_event_queue* queue = timeline_queue.load(std::memory_order_acquire)) {
-    push_mem_event(*queue, alloc, record, live_bytes, thread, time_ns);
+    push_mem_event(*queue, alloc, record, live_bytes, thread, ticks);
   }
 }
 
