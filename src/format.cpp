@@ -118,6 +118,22 @@ std::string json_string(std::string_view text) {
   return out;
 }
 
+bool parse_hex(std::string_view text, std::uint64_t& out) {
+  if (text.substr(0, 2) == "0x") { text.remove_prefix(2); }
+  if (text.empty() || text.size() > 16) { return false; }
+  std::uint64_t value = 0;
+  for (const char c : text) {
+    int digit = 0;
+    if (c >= '0' && c <= '9') { digit = c - '0'; }
+    else if (c >= 'a' && c <= 'f') { digit = c - 'a' + 10; }
+    else if (c >= 'A' && c <= 'F') { digit = c - 'A' + 10; }
+    else { return false; }
+    value = value * 16 + static_cast<std::uint64_t>(digit);
+  }
+  out = value;
+  return true;
+}
+
 void append_prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
   out += "# HELP ";
   out += name;

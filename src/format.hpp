@@ -26,6 +26,10 @@ std::string json_string(std::string_view text);
 /// Appends what json_string returns, without a temporary.
 void append_json_string(std::string& out, std::string_view text);
 
+/// An address or offset as reports and crash records print it: hexadecimal digits (either case),
+/// "0x" in front or not, at most 16 of them. False, with `out` untouched, when it is not one.
+bool parse_hex(std::string_view text, std::uint64_t& out);
+
 /// The Prometheus text exposition's shared pieces (the sink and `gpuguard doctor --prometheus` write
 /// the format): a metric family's "# HELP" and "# TYPE" lines, and a label value with backslash,
 /// double quote and newline escaped (without the quotes around it).

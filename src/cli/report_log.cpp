@@ -428,19 +428,6 @@ class band_selection {
   heap by_area_;
 };
 
-// "0x1f..." as a number; false when it is not one.
-bool parse_address(const std::string& text, std::uint64_t& out) {
-  if (text.size() < 3 || text.size() > 18 || text[0] != '0' || text[1] != 'x') { return false; }
-  out = 0;
-  for (std::size_t i = 2; i < text.size(); ++i) {
-    const char c = text[i];
-    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (digit < 0) { return false; }
-    out = out * 16 + static_cast<std::uint64_t>(digit);
-  }
-  return true;
-}
-
 // ---- per-device, per-thread and per-name state ---------------------------------------------------
 
 struct device_state {
@@ -807,7 +794,7 @@ std::string log_aggregate::state::on_alloc_or_free(bool alloc, fields& f, std::i
   const std::int64_t thread = f.count("thread");
   if (!f.ok()) { return f.error(); }
   std::uint64_t address = 0;
-  if (!parse_address(address_text, address)) {
+  if (address_text.rfind("0x", 0) != 0 || !detail::parse_hex(address_text, address)) {
     return "field \"address\" must be a hexadecimal address (\"0x...\"), not " + detail::json_string(address_text.substr(0, 40));
   }
   device_state& d = device(id);

@@ -3,6 +3,7 @@
 // its module through the record's executable mappings, and each module's addresses go to
 // addr2line in one call.
 #include "commands.hpp"
+#include "format.hpp"
 #include "json.hpp"
 #include "symbolize.hpp"
 
@@ -35,21 +36,7 @@ constexpr const char* usage =
     "\n"
     "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n";
 
-bool parse_hex(std::string_view text, std::uint64_t& out) {
-  if (text.substr(0, 2) == "0x") { text.remove_prefix(2); }
-  if (text.empty() || text.size() > 16) { return false; }
-  std::uint64_t value = 0;
-  for (const char c : text) {
-    int digit = 0;
-    if (c >= '0' && c <= '9') { digit = c - '0'; }
-    else if (c >= 'a' && c <= 'f') { digit = c - 'a' + 10; }
-    else if (c >= 'A' && c <= 'F') { digit = c - 'A' + 10; }
-    else { return false; }
-    value = value * 16 + static_cast<std::uint64_t>(digit);
-  }
-  out = value;
-  return true;
-}
+using detail::parse_hex;
 
 // "start-end perms offset dev inode path"
 bool parse_mapping(const std::string& line, crash_mapping& out) {
