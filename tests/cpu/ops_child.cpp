@@ -103,10 +103,14 @@ int workload() {
   return 0;
 }
 
-int overflow() {
-  std::atomic<bool> release{false};
-  std::atomic<int> alerts{0};
-  gpuguard::set_alert_callback([&](const gpuguard::alert& fired) {
+// Turns tracking on and sticks the outputs' writer thread inside an alert callback, so that the
+// queues fill behind it: a scope passes alert_op_growth=1K, and the writer spins in the callback
+// until the returned flag is set. Static flags: the writer may still be leaving the callback after
+// the caller has returned.
+std::atomic<bool>& stick_writer() {
+  static std::atomic<bool> release{false};
+  static std::atomic<int> alerts{0};
+  gpuguard::set_alert_callback([](const gpuguard::alert& fired) {
     if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
     alerts.fetch_add(1);
     while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
@@ -117,6 +121,11 @@ int overflow() {
     cache().emplace_back(4096);
   }
   while (alerts.load() == 0) { std::this_thread::yield(); }
+  return release;
+}
+
+int overflow() {
+  std::atomic<bool>& release = stick_writer();
   for (int i = 0; i < 1000; ++i) { GPUGUARD_OP("burst"); }
   const gpuguard::output_stats during = gpuguard::output_statistics();
   release.store(true);
@@ -194,20 +203,7 @@ int steps(const char* log) {
 // More allocations and frees than the timeline queue holds, from 4 threads, while the writer is
 // stuck: the producers fold what does not fit, and nothing is lost.
 int timeline_full() {
-  // Static: the writer may still be leaving the callback when this function has returned.
-  static std::atomic<bool> release{false};
-  static std::atomic<int> alerts{0};
-  gpuguard::set_alert_callback([](const gpuguard::alert& fired) {
-    if (fired.kind != gpuguard::alert_kind::op_growth) { return; }
-    alerts.fetch_add(1);
-    while (!release.load()) { std::this_thread::yield(); }  // the writer is stuck here
-  });
-  gpuguard::enable_tracking();
-  {
-    GPUGUARD_OP("grow");  // passes alert_op_growth=1K: the writer enters the callback
-    cache().emplace_back(4096);
-  }
-  while (alerts.load() == 0) { std::this_thread::yield(); }
+  std::atomic<bool>& release = stick_writer();
   std::vector<std::thread> threads;
   threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
