@@ -196,7 +196,11 @@ TEST_F(torch_gpu, swap_in_owns_every_byte_across_streams_with_record_stream) {
   }
   c10::cuda::device_synchronize();
   EXPECT_EQ(ledger_live(), start);
+  // The pool keeps what was freed into it across synchronisations (so the next step does not map
+  // it again), torch.cuda.memory_reserved says so, and empty_cache gives it back.
+  EXPECT_GE(torch_figures().reserved, static_cast<std::uint64_t>(32 * mib)) << "freed memory stays in the pool";
   c10::cuda::CUDACachingAllocator::emptyCache();
+  EXPECT_LT(torch_figures().reserved, static_cast<std::uint64_t>(32 * mib)) << "empty_cache trims the pool";
   EXPECT_EQ(gpuguard::misuse().total(), 0U);
 }
 

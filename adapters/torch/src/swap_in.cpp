@@ -17,7 +17,9 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -35,6 +37,44 @@ namespace pluggable = ::torch::cuda::CUDAPluggableAllocator;
 cuda_async_memory_resource& stream_ordered() {
   static cuda_async_memory_resource upstream;
   return upstream;
+}
+
+// The stream-ordered pool keeps what is freed into it until empty_cache. With the pool's default
+// release threshold (0) the driver gives all of the pool's free memory back at every
+// synchronisation, so each training step mapped its memory again: most of what swap-in cost over
+// PyTorch's own cudaMallocAsync backend, which sets the same threshold. Once per device, on its
+// first allocation; a device out of range keeps the default.
+constexpr int max_pool_devices = 64;
+
+void keep_freed_memory_in_pool(int device) noexcept {
+  static std::array<std::atomic<bool>, max_pool_devices> kept{};
+  if (device < 0 || device >= max_pool_devices) { return; }
+  std::atomic<bool>& done = kept[static_cast<std::size_t>(device)];
+  if (done.load(std::memory_order_acquire)) { return; }
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t threshold = UINT64_MAX;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // the pool keeps its default: slower, still correct
+  }
+  done.store(true, std::memory_order_release);
+}
+
+// What the device's stream-ordered pool holds from the driver (live and free blocks), and the
+// most it held; false if the pool cannot be asked.
+bool pool_reserved(int device, std::uint64_t& current, std::uint64_t& high) noexcept {
+  cudaMemPool_t pool = nullptr;
+  std::uint64_t now = 0;  // the attributes are cuuint64_t
+  std::uint64_t most = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &now) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &most) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  current = now;
+  high = most;
+  return true;
 }
 
 // Streams each block was recorded on (record_stream), beside the one it was allocated on.
@@ -83,18 +123,29 @@ class gpuguard_allocator final : public pluggable::CUDAPluggableAllocator {
     set_reset_fn([] { release_pools(); });
   }
 
-  // torch.cuda.memory_allocated, max_memory_allocated, memory_reserved, memory_stats: the ledger's
-  // exact figures. Nothing is cached beyond the stream-ordered pool, so reserved equals allocated.
+  // torch.cuda.memory_allocated, max_memory_allocated, memory_stats: the ledger's exact figures.
+  // memory_reserved: what the stream-ordered pool holds from the driver (the ledger's figure where
+  // the pool cannot be asked), and its peak the most the pool held.
   ::c10::CachingDeviceAllocator::DeviceStats getDeviceStats(::c10::DeviceIndex device) override {
     const counters c = device_counters(device);
     ::c10::CachingDeviceAllocator::DeviceStats stats;
+    constexpr auto aggregate = static_cast<std::size_t>(::c10::CachingAllocator::StatType::AGGREGATE);
     for (auto* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
       for (auto& stat : *array) { stat = {}; }
-      auto& all = (*array)[static_cast<std::size_t>(::c10::CachingAllocator::StatType::AGGREGATE)];
+      auto& all = (*array)[aggregate];
       all.current = static_cast<std::int64_t>(c.current_bytes);
       all.peak = static_cast<std::int64_t>(c.phase_peak_bytes);
       all.allocated = static_cast<std::int64_t>(c.total_bytes);
       all.freed = static_cast<std::int64_t>(c.total_bytes - c.current_bytes);
+    }
+    std::uint64_t reserved = 0;
+    std::uint64_t reserved_high = 0;
+    if (pool_reserved(device, reserved, reserved_high)) {
+      auto& all = stats.reserved_bytes[aggregate];
+      all.current = static_cast<std::int64_t>(reserved);
+      all.peak = static_cast<std::int64_t>(reserved_high);
+      all.allocated = 0;  // the pool's own growth is not counted, only its level
+      all.freed = 0;
     }
     auto& blocks = stats.allocation[static_cast<std::size_t>(::c10::CachingAllocator::StatType::AGGREGATE)];
     blocks.current = static_cast<std::int64_t>(c.live_count());
@@ -104,8 +155,17 @@ class gpuguard_allocator final : public pluggable::CUDAPluggableAllocator {
     return stats;
   }
 
-  // torch.cuda.reset_peak_memory_stats: the ledger's phase peak, which is one for all devices.
-  void resetPeakStats(::c10::DeviceIndex /*device*/) override { reset_phase_peak(); }
+  // torch.cuda.reset_peak_memory_stats: the ledger's phase peak, which is one for all devices, and
+  // the pool's high-water mark of this device.
+  void resetPeakStats(::c10::DeviceIndex device) override {
+    reset_phase_peak();
+    cudaMemPool_t pool = nullptr;
+    std::uint64_t zero = 0;  // resets the mark to the pool's current reservation
+    if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+    }
+  }
 
   void resetAccumulatedStats(::c10::DeviceIndex /*device*/) override {
     unsupported("resetAccumulatedStats", "torch.cuda.reset_accumulated_memory_stats",
@@ -162,6 +222,7 @@ void* swap_allocate(std::size_t bytes, int device, cudaStream_t stream) {
   if (bytes == 0) { return nullptr; }
   const gpuguard::detail::teardown_device_guard on(device, "swap-in allocation (enter the device)");
   TORCH_CHECK(on.entered(), "gpuguard's swap-in allocator could not make device ", device, " current");
+  keep_freed_memory_in_pool(device);
   tracking_resource tracked(stream_ordered(), device);
   try {
     void* ptr = tracked.allocate(bytes, stream_view{stream});
