@@ -13,8 +13,9 @@
 #            gpu belongs to a slice
 # Logs and results go to $OUT (default ./gpu-runner-out); the build to $GPUGUARD_GPU_BUILD
 # (default ./build-gpu, which the device tool keeps between calls while its machine is warm). The
-# benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3) and the LibTorch step-time
-# comparison GPUGUARD_BENCH_ROUNDS rounds (default 3), so that the slice fits its two minutes.
+# benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3), the --track comparison
+# GPUGUARD_BENCH_ROUNDS rounds (default 3) and the LibTorch step-time comparison
+# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), so that the slice fits its three minutes.
 # docs/testing.md says which slice to run after which change, and what each costs on the H200.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -152,7 +153,10 @@ for s in "${slices[@]}"; do
         "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
         --out "$out/benchmarks.md" --append-section "H200 machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
-        step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
+        # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so
+        # fewer rounds cannot tell observe's 1 percent from noise.
+        step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
+          --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-5}" --steps 1010 \
           --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
       else
         summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
