@@ -45,7 +45,7 @@ elseif(NOT backend STREQUAL "basic")
 endif()
 target_compile_definitions(gpuguard_stacktrace INTERFACE "GPUGUARD_STACKTRACE_BACKEND=\"${backend}\"")
 if(GPUGUARD_ADDR2LINE)
-  # Fills in frames the backend could not place (see src/stacks.cpp).
+  # Fills in frames the backend could not place (see src/ledger/stacks.cpp).
   target_compile_definitions(gpuguard_stacktrace INTERFACE "GPUGUARD_ADDR2LINE_PATH=\"${GPUGUARD_ADDR2LINE}\"")
 endif()
 set(GPUGUARD_STACKTRACE_BACKEND_USED "${backend}")

@@ -13,9 +13,9 @@
 #include "exit_paths.hpp"
 #include "format.hpp"
 #include "kept_for_process.hpp"
-#include "ledger_internal.hpp"
+#include "ledger/ledger_internal.hpp"
 #include "quiet_thread.hpp"
-#include "stacks.hpp"
+#include "ledger/stacks.hpp"
 
 #include <array>
 #include <atomic>

@@ -7,7 +7,7 @@
 #include <gpuguard/op_scope.hpp>
 
 #include "kept_for_process.hpp"
-#include "ledger_internal.hpp"
+#include "ledger/ledger_internal.hpp"
 #include "outputs_internal.hpp"
 
 #include <nvtx3/nvToolsExt.h>

@@ -13,7 +13,7 @@
 #include "exit_paths.hpp"
 #include "format.hpp"
 #include "kept_for_process.hpp"
-#include "ledger_internal.hpp"
+#include "ledger/ledger_internal.hpp"
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"
 #include "report_json.hpp"

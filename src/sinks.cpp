@@ -7,7 +7,7 @@
 
 #include "format.hpp"
 #include "report_json.hpp"
-#include "stacks.hpp"
+#include "ledger/stacks.hpp"
 
 #include <algorithm>
 #include <cerrno>

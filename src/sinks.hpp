@@ -9,7 +9,7 @@
 #include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking.hpp>
 
-#include "ledger_internal.hpp"
+#include "ledger/ledger_internal.hpp"
 #include "timeline.hpp"
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // full, a fold into per-device atomic figures that the writer takes as one `mem_step`.
 #include "timeline.hpp"
 
-#include "ledger_internal.hpp"
+#include "ledger/ledger_internal.hpp"
 
 #include <algorithm>
 #include <array>

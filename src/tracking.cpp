@@ -14,7 +14,7 @@
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"
 #include "report_json.hpp"
-#include "stacks.hpp"
+#include "ledger/stacks.hpp"
 
 #include <algorithm>
 #include <array>

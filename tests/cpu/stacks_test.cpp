@@ -1,7 +1,7 @@
 // The capture cache of allocation-site stacks (src/stacks.cpp): a capture it answers must give the
 // frames an unwind gives, and a different chain of calls at the same stack address must not get
 // the cached frames.
-#include "stacks.hpp"
+#include "ledger/stacks.hpp"
 
 #include <gtest/gtest.h>
 

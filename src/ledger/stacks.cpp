@@ -1,6 +1,6 @@
 // Stack capture and site interning with Boost.Stacktrace. The backend (Debian's compiled
 // libboost_stacktrace_backtrace here, header-only addr2line or basic elsewhere) is chosen by CMake.
-#include "stacks.hpp"
+#include "ledger/stacks.hpp"
 
 #include <boost/stacktrace/frame.hpp>
 #include <boost/stacktrace/safe_dump_to.hpp>

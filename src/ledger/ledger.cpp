@@ -4,8 +4,8 @@
 // instant, and a small ring of recent frees per shard to tell a double free from a stray pointer.
 #include <gpuguard/ledger.hpp>
 
-#include "ledger_internal.hpp"
-#include "stacks.hpp"
+#include "ledger/ledger_internal.hpp"
+#include "ledger/stacks.hpp"
 #include "timeline.hpp"
 
 #include <algorithm>
