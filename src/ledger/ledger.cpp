@@ -5,6 +5,7 @@
 #include <gpuguard/ledger.hpp>
 
 #include "ledger/ledger_internal.hpp"
+#include "ledger/clock.hpp"
 #include "ledger/stacks.hpp"
 #include "timeline.hpp"
 
@@ -24,10 +25,6 @@
 
 #include <pthread.h>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#endif
 
 namespace gpuguard {
 
@@ -118,6 +115,8 @@ struct event_counts {
 
 using detail::device_slot_of;
 using detail::device_slots;
+using detail::now_ticks;
+using detail::ticks_to_ns;
 
 }  // namespace
 
@@ -273,8 +272,6 @@ struct ledger_state {
   std::atomic<std::uint32_t> stack_sample{64};
   std::atomic<std::uint32_t> stack_depth{16};
   std::atomic<bool> abort_on_error{false};
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  std::chrono::system_clock::time_point start_wall = std::chrono::system_clock::now();
 
   ledger_state() {
     for (shard& s : shards) { s.slots.resize(initial_capacity); }
@@ -501,101 +498,6 @@ void erase(shard& s, allocation_record* slot) noexcept {
 std::uint32_t detail::next_thread_id() noexcept {
   return state().next_thread.fetch_add(1, std::memory_order_relaxed) + 1;
 }
-
-// ---- the clock ----------------------------------------------------------------------------------
-//
-// Operation scopes read the clock twice, and where the kernel's clock source is a paravirtual one
-// (kvm-clock on a VM) a steady_clock read costs 30-40 ns. On x86-64 with an invariant TSC the
-// ledger reads the TSC instead (under 10 ns) and scales it to nanoseconds: the scale is first
-// measured against steady_clock over half a millisecond, then refined by the outputs' writer as
-// the interval between the two clocks' readings grows, so the error shrinks as the run goes on.
-// Elsewhere it is steady_clock.
-
-namespace {
-
-struct tsc_clock {
-  bool usable = false;
-  std::uint64_t base_ticks = 0;
-  std::chrono::steady_clock::time_point base_time;
-  std::int64_t base_since_start_ns = 0;  // base_time - the ledger's start, fixed at construction
-  std::atomic<double> ns_per_tick{0.0};
-
-  tsc_clock() {
-#if defined(__x86_64__)
-    unsigned eax = 0;
-    unsigned ebx = 0;
-    unsigned ecx = 0;
-    unsigned edx = 0;
-    if (__get_cpuid(0x80000007U, &eax, &ebx, &ecx, &edx) == 0 || (edx & (1U << 8)) == 0) { return; }
-    base_time = std::chrono::steady_clock::now();
-    base_ticks = __rdtsc();
-    std::chrono::steady_clock::time_point now;
-    std::uint64_t ticks = 0;
-    do {
-      now = std::chrono::steady_clock::now();
-      ticks = __rdtsc();
-    } while (now - base_time < std::chrono::microseconds(500));
-    if (ticks <= base_ticks) { return; }
-    ns_per_tick.store(static_cast<double>((now - base_time).count()) / static_cast<double>(ticks - base_ticks),
-                      std::memory_order_relaxed);
-    base_since_start_ns = (base_time - state().start).count();
-    usable = true;
-#endif
-  }
-};
-
-tsc_clock& fast_clock() {
-  static auto* clock = new tsc_clock();  // lives through exit, like the ledger
-  return *clock;
-}
-
-}  // namespace
-
-namespace {
-
-// The clock's raw reading: TSC ticks where the TSC is used, else steady_clock nanoseconds since
-// the ledger started. The live table keeps raw readings (the conversion's multiply is left to the
-// snapshot, which also converts with the scale refined since).
-__attribute__((always_inline)) inline std::int64_t now_ticks() noexcept {
-  static tsc_clock& clock = fast_clock();
-#if defined(__x86_64__)
-  if (clock.usable) { return static_cast<std::int64_t>(__rdtsc()); }
-#endif
-  return (std::chrono::steady_clock::now() - state().start).count();
-}
-
-__attribute__((always_inline)) inline std::int64_t ticks_to_ns(std::int64_t ticks) noexcept {
-  static tsc_clock& clock = fast_clock();
-#if defined(__x86_64__)
-  if (clock.usable) {
-    // No call in here: a call between the multiply's operands made the compiler spill them.
-    const auto since_base = static_cast<double>(static_cast<std::uint64_t>(ticks) - clock.base_ticks) *
-                            clock.ns_per_tick.load(std::memory_order_relaxed);
-    return static_cast<std::int64_t>(since_base) + clock.base_since_start_ns;
-  }
-#endif
-  return ticks;
-}
-
-}  // namespace
-
-std::int64_t detail::now_ns() noexcept { return ticks_to_ns(now_ticks()); }
-std::int64_t detail::clock_ticks_to_ns(std::int64_t ticks) noexcept { return ticks_to_ns(ticks); }
-
-void detail::refine_clock() noexcept {
-#if defined(__x86_64__)
-  tsc_clock& clock = fast_clock();
-  if (!clock.usable) { return; }
-  const auto now = std::chrono::steady_clock::now();
-  const std::uint64_t ticks = __rdtsc();
-  if (ticks <= clock.base_ticks) { return; }
-  clock.ns_per_tick.store(static_cast<double>((now - clock.base_time).count()) /
-                              static_cast<double>(ticks - clock.base_ticks),
-                          std::memory_order_relaxed);
-#endif
-}
-
-const char* detail::clock_name() noexcept { return fast_clock().usable ? "tsc" : "steady_clock"; }
 
 namespace {
 
@@ -951,10 +853,6 @@ void set_current_tag(tag_id tag) noexcept { this_thread.tag = tag < max_tags ? t
 
 detail::thread_state& detail::this_thread_state() noexcept { return this_thread; }
 
-std::int64_t detail::clock_start_unix_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             state().start_wall.time_since_epoch()).count();
-}
 
 std::vector<int> detail::active_devices() {
   std::vector<int> devices;
