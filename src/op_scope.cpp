@@ -6,7 +6,7 @@
 // enclosing scope's peak still covers what happened inside.
 #include <gpuguard/op_scope.hpp>
 
-#include "kept_for_process.hpp"
+#include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs_internal.hpp"
 

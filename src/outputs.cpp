@@ -10,9 +10,9 @@
 
 #include "alert_gate.hpp"
 #include "event_queue.hpp"
-#include "exit_paths.hpp"
+#include "exit/exit_paths.hpp"
 #include "format.hpp"
-#include "kept_for_process.hpp"
+#include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs_internal.hpp"
 #include "quiet_thread.hpp"

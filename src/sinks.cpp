@@ -3,7 +3,7 @@
 // the writer must keep up with a million events a second.
 #include "sinks.hpp"
 
-#include "exit_paths.hpp"
+#include "exit/exit_paths.hpp"
 
 #include "format.hpp"
 #include "report_json.hpp"

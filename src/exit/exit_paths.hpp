@@ -15,7 +15,7 @@ namespace gpuguard::detail {
  * leak_exitcode may end the process with its status; other paths keep theirs. Later calls return
  * at once. If it takes longer than cleanup_timeout, the process ends by `end_signal` (when not 0)
  * or with `exit_status` (when not negative; else EXIT_FAILURE). In a child made by fork() there
- * is no leak report: it is the parent's. Defined in tracking.cpp.
+ * is no leak report: it is the parent's. Defined in finish_run.cpp.
  */
 void finish_run(const char* reason, bool normal_exit, int end_signal = 0, int exit_status = -1) noexcept;
 
@@ -24,7 +24,7 @@ bool run_finished() noexcept;
 
 /// Registers the exit report with atexit (again). Handlers run in reverse order of registration,
 /// so registering after the CUDA runtime initialised makes the report run before its teardown.
-/// Running the report twice does nothing the second time. Defined in tracking.cpp.
+/// Running the report twice does nothing the second time. Defined in finish_run.cpp.
 void register_exit_report() noexcept;
 
 /// Async-signal-safe: runs the pending signal-safe cleanups, highest priority first (cleanup.cpp).
@@ -40,7 +40,7 @@ void running_cleanup_name(char* out, std::size_t size) noexcept;
 /// Closes the crash file opened in advance and removes it if nothing was written (hooks.cpp).
 void discard_unused_crash_file() noexcept;
 
-/// Process groups of children started with gpuguard::spawn (child_process.cpp).
+/// Process groups of children started with gpuguard::spawn (process/child_process.cpp).
 /// Async-signal-safe: sends SIGKILL to every registered group.
 void kill_child_groups() noexcept;
 /// SIGTERM to every registered group, up to `grace_ms` for them to go, then SIGKILL.

@@ -2,7 +2,7 @@
 // until exec; an exec failure travels back to the parent through a close-on-exec pipe.
 #include <gpuguard/child_process.hpp>
 
-#include "exit_paths.hpp"
+#include "exit/exit_paths.hpp"
 #include "process/end.hpp"
 
 #include <algorithm>

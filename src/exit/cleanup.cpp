@@ -5,8 +5,8 @@
 // lock or an allocation; each slot is claimed by whoever runs it first.
 #include <gpuguard/cleanup.hpp>
 
-#include "exit_paths.hpp"
-#include "kept_for_process.hpp"
+#include "exit/exit_paths.hpp"
+#include "exit/kept_for_process.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,0 +1,170 @@
+// The end of the run, whichever exit path gets there first (exit_paths.hpp): cleanups, children,
+// the leak report and the outputs' last lines, once, under a watchdog.
+#include <gpuguard/cleanup.hpp>
+#include <gpuguard/outputs.hpp>
+#include <gpuguard/tracking.hpp>
+
+#include "exit/exit_paths.hpp"
+#include "outputs_internal.hpp"
+#include "tracking/tracking_internal.hpp"
+#include "quiet_thread.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+namespace gpuguard {
+
+namespace {
+
+std::atomic<bool> exit_report_done{false};
+
+// True in a child made by fork(): the exit report, like the parent's cleanups and children, is
+// the parent's. A forked worker that exits must not print the parent's report again, nor rewrite
+// its leak_json, nor end with its leak_exitcode.
+std::atomic<bool> forked_child{false};
+
+void note_forked_child() noexcept { forked_child.store(true, std::memory_order_relaxed); }
+
+// on_exit, not atexit: the handler learns the status the process is ending with, which the
+// cleanup_timeout watchdog keeps if it has to end the process itself. Both lists are one in
+// glibc, so the order rule of register_exit_report holds.
+void exit_handler(int status, void* /*unused*/) { run_exit_report(status); }
+
+}  // namespace
+
+void detail::register_exit_report() noexcept {
+  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, note_forked_child) == 0;
+  static_cast<void>(fork_handler);
+  if (!exit_report_done.load(std::memory_order_relaxed)) { static_cast<void>(::on_exit(exit_handler, nullptr)); }
+}
+
+void run_exit_report(int exit_status) noexcept { detail::finish_run("exit", true, 0, exit_status); }
+
+bool detail::run_finished() noexcept { return exit_report_done.load(std::memory_order_acquire); }
+
+namespace {
+
+// Ends the process when the end of the run (cleanups, children, report) takes longer than
+// cleanup_timeout: one stuck cleanup must not keep the process, and its GPU memory, alive for
+// ever. It says which cleanup was running, then ends the process as it was going to end: by the
+// signal, or with the exit status. It writes with write(2) and ends with _exit: the stuck thread
+// may hold stdio's locks.
+class exit_watchdog {
+ public:
+  exit_watchdog(std::uint32_t seconds, int end_signal, int exit_status) noexcept {
+    if (seconds == 0) { return; }
+    try {
+      thread_ = detail::start_quiet_thread([this, seconds, end_signal, exit_status] {
+        watch(seconds, end_signal, exit_status);
+      });
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no thread, no watchdog; the exit goes on
+    }
+  }
+  exit_watchdog(const exit_watchdog&) = delete;
+  exit_watchdog& operator=(const exit_watchdog&) = delete;
+  exit_watchdog(exit_watchdog&&) = delete;
+  exit_watchdog& operator=(exit_watchdog&&) = delete;
+  ~exit_watchdog() {
+    if (thread_ == nullptr) { return; }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_->join();
+    delete thread_;
+  }
+
+ private:
+  void watch(std::uint32_t seconds, int end_signal, int exit_status) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) { return; }
+    }
+    char name[128];
+    detail::running_cleanup_name(name, sizeof name);
+    const int status = exit_status >= 0 ? (exit_status & 0xFF) : EXIT_FAILURE;
+    char ending[64];
+    if (end_signal != 0) {
+      std::snprintf(ending, sizeof ending, "by signal %d", end_signal);
+    } else {
+      std::snprintf(ending, sizeof ending, "with status %d", status);
+    }
+    char message[384];
+    int length = 0;
+    if (name[0] != '\0') {
+      length = std::snprintf(message, sizeof message, "[gpuguard] cleanup '%s' did not finish within "
+                             "cleanup_timeout=%u s: ending the process %s\n", name, seconds, ending);
+    } else {
+      length = std::snprintf(message, sizeof message, "[gpuguard] the exit work (cleanups, leak report, "
+                             "outputs) did not finish within cleanup_timeout=%u s: ending the process %s\n",
+                             seconds, ending);
+    }
+    if (length > 0) {
+      ssize_t ignored = ::write(STDERR_FILENO, message, std::min<std::size_t>(static_cast<std::size_t>(length), sizeof message - 1));
+      static_cast<void>(ignored);
+    }
+    if (end_signal != 0) { detail::die_by_signal(end_signal); }
+    ::_exit(status);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread* thread_ = nullptr;
+};
+
+}  // namespace
+
+void detail::finish_run(const char* reason, bool normal_exit, int end_signal, int exit_status) noexcept {
+  if (exit_report_done.exchange(true)) { return; }
+  bool enabled = false;
+  options opts;
+  try {
+    enabled = detail::reporting_options(opts);
+    if (!enabled) { opts = process_options(); }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the defaults do
+  }
+  // In a forked child only its own cleanups and children are left (the parent's were forgotten
+  // at the fork), and the leak report is the parent's.
+  const bool report_leaks = enabled && !forked_child.load(std::memory_order_relaxed);
+  const exit_watchdog watchdog(opts.cleanup_timeout, end_signal, exit_status);
+  // Cleanups first: what they free is then not reported as leaked.
+  run_cleanups(reason);
+  end_child_groups(2000);
+  if (normal_exit) { discard_unused_crash_file(); }
+  try {
+    // Scopes alone (no tracking) still get their log's end lines, but no leak report on stderr.
+    if (!report_leaks && !outputs_running()) { return; }
+    std::fflush(stdout);  // the program's own output first, then the report
+    const leak_report report = collect_leaks(opts.leak_sites);
+    detail::stop_outputs_with(reason, &report);
+    if (!report_leaks) { return; }
+    if (opts.leak_report) { write_leak_text(stderr, report, opts.leak_sites); }
+    if (!opts.leak_json.empty()) {
+      std::string error;
+      if (!write_leak_json(opts.leak_json, report, &error)) {
+        std::fprintf(stderr, "[gpuguard] leak_json: %s\n", error.c_str());
+      }
+    }
+    if (normal_exit && report.count != 0 && opts.leak_exitcode != 0) {
+      std::fflush(nullptr);
+      ::_exit(opts.leak_exitcode);
+    }
+  } catch (...) {
+    std::fputs("[gpuguard] the exit report failed (out of memory?)\n", stderr);
+  }
+}
+
+}  // namespace gpuguard
