@@ -5,7 +5,7 @@
 #include <gpuguard/tracking.hpp>
 
 #include "exit/exit_paths.hpp"
-#include "outputs_internal.hpp"
+#include "outputs/outputs_internal.hpp"
 #include "tracking/tracking_internal.hpp"
 #include "quiet_thread.hpp"
 

@@ -7,7 +7,7 @@
 #include "ledger/ledger_internal.hpp"
 #include "ledger/clock.hpp"
 #include "ledger/stacks.hpp"
-#include "timeline.hpp"
+#include "outputs/timeline.hpp"
 
 #include <algorithm>
 #include <array>

@@ -6,7 +6,7 @@
 #include <gpuguard/op_scope.hpp>
 
 #include "ledger/stacks.hpp"
-#include "report_json.hpp"
+#include "outputs/report_json.hpp"
 #include "format.hpp"
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 #include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
-#include "alert_gate.hpp"
+#include "outputs/alert_gate.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The producers' side of the memory timeline (timeline.hpp): a copy into the queue, or, when it is
 // full, a fold into per-device atomic figures that the writer takes as one `mem_step`.
-#include "timeline.hpp"
+#include "outputs/timeline.hpp"
 
 #include "ledger/ledger_internal.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
-#include "outputs_internal.hpp"
+#include "outputs/outputs_internal.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 

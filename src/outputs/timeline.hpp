@@ -11,7 +11,7 @@
 
 #include <gpuguard/ledger.hpp>
 
-#include "event_queue.hpp"
+#include "outputs/event_queue.hpp"
 
 #include <algorithm>
 #include <atomic>

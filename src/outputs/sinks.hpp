@@ -10,7 +10,7 @@
 #include <gpuguard/tracking.hpp>
 
 #include "ledger/ledger_internal.hpp"
-#include "timeline.hpp"
+#include "outputs/timeline.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "report_json.hpp"
+#include "outputs/report_json.hpp"
 
 #include "format.hpp"
 

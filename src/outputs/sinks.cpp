@@ -1,12 +1,12 @@
 // The sinks: text lines, JSONL event log, Chrome trace-event JSON and the Prometheus textfile.
 // Formats are documented in docs/formats.md; each is built by hand into a reused buffer, because
 // the writer must keep up with a million events a second.
-#include "sinks.hpp"
+#include "outputs/sinks.hpp"
 
 #include "exit/exit_paths.hpp"
 
 #include "format.hpp"
-#include "report_json.hpp"
+#include "outputs/report_json.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>

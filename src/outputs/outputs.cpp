@@ -8,17 +8,17 @@
 
 #include <gpuguard/device.hpp>
 
-#include "alert_gate.hpp"
-#include "event_queue.hpp"
+#include "outputs/alert_gate.hpp"
+#include "outputs/event_queue.hpp"
 #include "exit/exit_paths.hpp"
 #include "format.hpp"
 #include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
-#include "outputs_internal.hpp"
+#include "outputs/outputs_internal.hpp"
 #include "quiet_thread.hpp"
-#include "report_json.hpp"
-#include "sinks.hpp"
-#include "timeline.hpp"
+#include "outputs/report_json.hpp"
+#include "outputs/sinks.hpp"
+#include "outputs/timeline.hpp"
 
 #include <algorithm>
 #include <atomic>
