@@ -2,6 +2,8 @@
 // libboost_stacktrace_backtrace here, header-only addr2line or basic elsewhere) is chosen by CMake.
 #include "ledger/stacks.hpp"
 
+#include "util/program_path.hpp"
+
 #include <boost/stacktrace/frame.hpp>
 #include <boost/stacktrace/safe_dump_to.hpp>
 
@@ -339,13 +341,6 @@ std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
   for (const char c : text) { quoted += c == '\'' ? std::string("'\\''") : std::string(1, c); }
   return quoted + "'";
-}
-
-// This program's file, as the kernel knows it ("/proc/self/exe" would name addr2line itself).
-std::string program_path() {
-  char path[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string();
 }
 
 // Fills function, file and line of frames the backend left without a file by running addr2line

@@ -1,0 +1,259 @@
+// The JSONL event log (jsonl_log): one JSON object per line, built by hand into a reused buffer,
+// because the writer must keep up with a million events a second. Format: docs/formats.md.
+#include "outputs/output_file.hpp"
+#include "outputs/sinks.hpp"
+
+#include "exit/exit_paths.hpp"
+#include "format.hpp"
+#include "ledger/stacks.hpp"
+#include "outputs/report_json.hpp"
+#include "util/program_path.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace gpuguard::detail {
+
+namespace {
+
+// ---- JSONL event log ----------------------------------------------------------------------------
+
+class jsonl_sink final : public sink {
+ public:
+  explicit jsonl_sink(failure_reporter report) : file_("jsonl_log", report) {}
+  jsonl_sink(const jsonl_sink&) = delete;
+  jsonl_sink& operator=(const jsonl_sink&) = delete;
+  jsonl_sink(jsonl_sink&&) = delete;
+  jsonl_sink& operator=(jsonl_sink&&) = delete;
+  ~jsonl_sink() override { set_event_log_fd(-1); }
+
+  bool open(const std::string& path, std::string* error) {
+    if (!file_.open(path, false, error)) { return false; }
+    set_event_log_fd(file_.fd());  // a crash ends the log with its own line (hooks.cpp)
+    std::string& out = begin("start", 0);
+    out += ",\"schema\":\"gpuguard.events\",\"pid\":";
+    append_int(out, ::getpid());
+    out += ",\"program\":";
+    append_json_string(out, program_path());
+    out += ",\"unix_ns\":";
+    append_int(out, clock_start_unix_ns());
+    end();
+    return true;
+  }
+
+  void device(const device_info& info, std::int64_t time_ns) override {
+    std::string& out = begin("device", time_ns);
+    field(out, "device", info.device);
+    out += ",\"name\":";
+    append_json_string(out, info.name);
+    field(out, "total_bytes", info.total_bytes);
+    end();
+  }
+
+  void thread(const thread_info& info, std::int64_t time_ns) override {
+    std::string& out = begin("thread", time_ns);
+    field(out, "thread", info.thread);
+    field(out, "tid", info.tid);
+    out += ",\"name\":";
+    append_json_string(out, info.name);
+    end();
+  }
+
+  void op(const op_result& op) override {
+    std::string& out = begin("op", op.start_ns);
+    out += ",\"name\":";
+    append_json_string(out, op.name_view());
+    field(out, "thread", op.thread);
+    field(out, "depth", op.depth);
+    field(out, "dur", op.duration_ns);
+    field(out, "alloc_bytes", op.alloc_bytes);
+    field(out, "free_bytes", op.free_bytes);
+    field(out, "net_bytes", op.net_bytes);
+    field(out, "peak_bytes", op.peak_bytes);
+    field(out, "allocs", op.allocs);
+    field(out, "frees", op.frees);
+    out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
+    if (op.device_queried) {
+      field(out, "device", op.device);
+      field(out, "used_before", op.used_before);
+      field(out, "used_after", op.used_after);
+      if (op.pool_queried) {
+        field(out, "pool_reserved_delta", op.pool_reserved_delta);
+        field(out, "pool_used_delta", op.pool_used_delta);
+      }
+    }
+    if (op.framework != nullptr) {
+      if (!op.device_queried) { field(out, "device", op.device); }
+      out += ",\"framework\":";
+      append_json_string(out, op.framework);
+      field(out, "framework_allocated_delta", op.framework_allocated_delta);
+      field(out, "framework_reserved_delta", op.framework_reserved_delta);
+    }
+    end();
+  }
+
+  void mem(const mem_sample& sample) override {
+    std::string& out = begin("mem", sample.time_ns);
+    field(out, "device", sample.device);
+    field(out, "live_bytes", sample.live_bytes);
+    field(out, "peak_bytes", sample.interval_peak_bytes);
+    field(out, "allocations", sample.allocations);
+    field(out, "frees", sample.frees);
+    if (sample.queried) {
+      field(out, "used_bytes", sample.used_bytes);
+      field(out, "total_bytes", sample.total_bytes);
+    }
+    end();
+  }
+
+  [[nodiscard]] bool wants_timeline() const override { return true; }
+  void mem_event(const detail::mem_event& e) override {
+    std::string& out = begin(e.alloc ? "alloc" : "free", e.time_ns);
+    field(out, "device", e.device);
+    char address[32];
+    std::snprintf(address, sizeof address, ",\"address\":\"0x%" PRIxPTR "\"", e.address);
+    out += address;
+    field(out, "bytes", e.bytes);
+    field(out, "live_bytes", e.live_bytes);
+    field(out, "site", e.site);
+    field(out, "thread", e.thread);
+    end();
+  }
+
+  void mem_step(const detail::mem_step& step) override {
+    std::string& out = begin("mem_step", step.time_ns);
+    field(out, "end", step.end_ns);
+    field(out, "device", step.device);
+    field(out, "start_bytes", step.start_bytes);
+    field(out, "end_bytes", step.end_bytes);
+    field(out, "min_bytes", step.min_bytes);
+    field(out, "min_t", step.min_ns);
+    field(out, "max_bytes", step.max_bytes);
+    field(out, "max_t", step.max_ns);
+    field(out, "allocs", step.allocs);
+    field(out, "frees", step.frees);
+    field(out, "alloc_bytes", step.alloc_bytes);
+    field(out, "free_bytes", step.free_bytes);
+    out += step.queue_full ? ",\"queue_full\":true" : ",\"queue_full\":false";
+    end();
+  }
+
+  void alert(const gpuguard::alert& fired) override {
+    std::string& out = begin("alert", fired.time_ns);
+    out += ",\"kind\":\"";
+    out += to_string(fired.kind);
+    out += '"';
+    if (fired.kind == alert_kind::op_growth) {
+      out += ",\"name\":";
+      append_json_string(out, fired.op);
+      field(out, "thread", fired.thread);
+      field(out, "net_bytes", fired.net_bytes);
+      field(out, "limit_bytes", fired.limit_bytes);
+    } else {
+      field(out, "device", fired.device);
+      char number[64];
+      std::snprintf(number, sizeof number, ",\"fraction\":%.4f,\"threshold\":%.4f", fired.fraction,
+                    fired.threshold);
+      out += number;
+      field(out, "used_bytes", fired.used_bytes);
+      field(out, "total_bytes", fired.total_bytes);
+    }
+    field(out, "suppressed", fired.suppressed);
+    out += ",\"message\":";
+    append_json_string(out, fired.message);
+    end();
+  }
+
+  void dropped(std::uint64_t count, std::uint64_t total, std::int64_t time_ns) override {
+    std::string& out = begin("dropped", time_ns);
+    field(out, "count", count);
+    field(out, "total", total);
+    end();
+  }
+
+  void finish(const end_info& last, const run_totals& /*totals*/) override {
+    if (last.stacks_on) {
+      std::string& out = begin("sites", last.time_ns);
+      out += last.sites_sampled ? ",\"sampled\":true,\"sites\":[" : ",\"sampled\":false,\"sites\":[";
+      bool first = true;
+      for (const resolved_site& site : last.sites) {
+        out += first ? "{\"site\":" : ",{\"site\":";
+        first = false;
+        append_uint(out, site.totals.site);
+        field(out, "allocs", site.totals.allocations);
+        field(out, "bytes", site.totals.bytes);
+        out += ",\"raw_sites\":[";
+        for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
+          if (i != 0) { out += ','; }
+          append_uint(out, site.raw_sites[i]);
+        }
+        out += "],\"frames\":";
+        append_frames(out, site.frames);
+        out += '}';
+      }
+      out += ']';
+      end();
+    }
+    if (last.leaks != nullptr) {
+      std::string& out = begin("leaks", last.time_ns);
+      field(out, "total_bytes", last.leaks->bytes);
+      field(out, "total_count", last.leaks->count);
+      out += ",\"sites\":";
+      append_leak_sites(out, last.leaks->sites);
+      field(out, "held_bytes", last.leaks->held_bytes);
+      field(out, "held_count", last.leaks->held_count);
+      out += ",\"held\":";
+      append_leak_sites(out, last.leaks->held);
+      end();
+    }
+    std::string& out = begin("end", last.time_ns);
+    out += ",\"reason\":";
+    append_json_string(out, last.reason);
+    field(out, "dropped", last.dropped);
+    out += ",\"devices\":";
+    append_device_counters(out, last.ledger.devices);
+    out += ",\"misuse\":";
+    append_misuse(out, last.ledger.misuse);
+    end();
+  }
+
+  void flush() override { file_.flush(); }
+
+ private:
+  std::string& begin(const char* type, std::int64_t time_ns) {
+    std::string& out = file_.buffer();
+    out += "{\"v\":1,\"type\":\"";
+    out += type;
+    out += "\",\"t\":";
+    append_int(out, time_ns < 0 ? 0 : time_ns);
+    return out;
+  }
+  void end() {
+    file_.buffer() += "}\n";
+    file_.maybe_flush();
+  }
+  template <class Int>
+  static void field(std::string& out, const char* name, Int value) {
+    out += ",\"";
+    out += name;
+    out += "\":";
+    if constexpr (std::is_signed_v<Int>) {
+      append_int(out, value);
+    } else {
+      append_uint(out, value);
+    }
+  }
+
+  output_file file_;
+};
+
+}  // namespace
+
+std::unique_ptr<sink> make_jsonl_sink(const std::string& path, failure_reporter report, std::string* error) {
+  return opened(std::make_unique<jsonl_sink>(report), error, path);
+}
+
+}  // namespace gpuguard::detail

@@ -1,0 +1,192 @@
+// The Chrome trace-event JSON sink (trace_file): slices for operation scopes, counters for memory,
+// instant events for alerts. Format: docs/formats.md.
+#include "outputs/output_file.hpp"
+#include "outputs/sinks.hpp"
+
+#include "format.hpp"
+#include "ledger/stacks.hpp"
+#include "outputs/report_json.hpp"
+#include "util/program_path.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace gpuguard::detail {
+
+namespace {
+
+// ---- Chrome trace-event JSON --------------------------------------------------------------------
+
+// The JSON Array Format of the trace-event format: viewers accept a file whose closing bracket is
+// missing, so a trace of a process that died is still readable.
+class trace_sink final : public sink {
+ public:
+  explicit trace_sink(failure_reporter report) : file_("trace_file", report), pid_(::getpid()) {}
+
+  bool open(const std::string& path, std::string* error) {
+    if (!file_.open(path, false, error)) { return false; }
+    file_.buffer() += "[\n";
+    std::string& out = event("process_name", "M", 0, 0);
+    std::string program = program_path();
+    const std::size_t slash = program.rfind('/');
+    if (slash != std::string::npos) { program = program.substr(slash + 1); }
+    out += ",\"args\":{\"name\":";
+    append_json_string(out, "gpuguard: " + program);
+    out += "}}";
+    return true;
+  }
+
+  void thread(const thread_info& info, std::int64_t /*time_ns*/) override {
+    std::string& out = event("thread_name", "M", 0, info.thread);
+    std::string name = info.name.empty() ? "thread" : info.name;
+    name += " (tid " + std::to_string(info.tid) + ")";
+    out += ",\"args\":{\"name\":";
+    append_json_string(out, name);
+    out += "}}";
+    std::string& sort = event("thread_sort_index", "M", 0, info.thread);
+    sort += ",\"args\":{\"sort_index\":";
+    append_uint(sort, info.thread);
+    sort += "}}";
+  }
+
+  void op(const op_result& op) override {
+    std::string& out = event(op.name_view(), "X", op.start_ns, op.thread);
+    out += ",\"cat\":\"op\",\"dur\":";
+    append_us(out, op.duration_ns);
+    out += ",\"args\":{\"net_bytes\":";
+    append_int(out, op.net_bytes);
+    out += ",\"peak_bytes\":";
+    append_uint(out, op.peak_bytes);
+    out += ",\"alloc_bytes\":";
+    append_uint(out, op.alloc_bytes);
+    out += ",\"free_bytes\":";
+    append_uint(out, op.free_bytes);
+    out += ",\"allocs\":";
+    append_uint(out, op.allocs);
+    out += ",\"frees\":";
+    append_uint(out, op.frees);
+    out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
+    if (op.device_queried) {
+      out += ",\"device_used_before\":";
+      append_uint(out, op.used_before);
+      out += ",\"device_used_after\":";
+      append_uint(out, op.used_after);
+      if (op.pool_queried) {
+        out += ",\"pool_reserved_delta\":";
+        append_int(out, op.pool_reserved_delta);
+        out += ",\"pool_used_delta\":";
+        append_int(out, op.pool_used_delta);
+      }
+    }
+    if (op.framework != nullptr) {
+      out += ",\"framework\":";
+      append_json_string(out, op.framework);
+      out += ",\"framework_allocated_delta\":";
+      append_int(out, op.framework_allocated_delta);
+      out += ",\"framework_reserved_delta\":";
+      append_int(out, op.framework_reserved_delta);
+    }
+    out += "}}";
+    file_.maybe_flush();
+  }
+
+  static std::string where(int device) {
+    return device == host_device_id ? std::string("host memory") : "device " + std::to_string(device);
+  }
+  static std::string live_name(int device) { return where(device) + " live bytes (gpuguard)"; }
+
+  // One counter track per device and figure: viewers stack the series of one counter event, so
+  // the ledger's bytes and the device's own are kept apart.
+  void mem(const mem_sample& sample) override {
+    counter(live_name(sample.device), sample.time_ns, sample.live_bytes);
+    const std::string where = trace_sink::where(sample.device);
+    if (sample.queried) { counter(where + " used bytes (device-wide)", sample.time_ns, sample.used_bytes); }
+    file_.maybe_flush();
+  }
+
+  // The ledger's own events on the same counter track: every step, and for a folded record its
+  // lowest and highest at the moments they happened, so the peak is drawn where it was.
+  [[nodiscard]] bool wants_timeline() const override { return true; }
+  void mem_event(const detail::mem_event& e) override {
+    counter(live_name(e.device), e.time_ns, e.live_bytes);
+    file_.maybe_flush();
+  }
+  void mem_step(const detail::mem_step& step) override {
+    std::pair<std::int64_t, std::uint64_t> points[3] = {
+        {step.min_ns, step.min_bytes}, {step.max_ns, step.max_bytes}, {step.end_ns, step.end_bytes}};
+    std::stable_sort(std::begin(points), std::end(points),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::string name = live_name(step.device);
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (i != 0 && points[i] == points[i - 1]) { continue; }
+      counter(name, points[i].first, points[i].second);
+    }
+    file_.maybe_flush();
+  }
+
+  void alert(const gpuguard::alert& fired) override {
+    std::string& out = event(std::string("alert: ") + to_string(fired.kind), "i", fired.time_ns, 0);
+    out += ",\"s\":\"g\",\"args\":{\"message\":";
+    append_json_string(out, fired.message);
+    out += "}}";
+  }
+
+  void dropped(std::uint64_t count, std::uint64_t /*total*/, std::int64_t time_ns) override {
+    std::string& out = event("events dropped", "i", time_ns, 0);
+    out += ",\"s\":\"g\",\"args\":{\"count\":";
+    append_uint(out, count);
+    out += "}}";
+  }
+
+  void finish(const end_info& /*last*/, const run_totals& /*totals*/) override { file_.buffer() += "\n]\n"; }
+  void flush() override { file_.flush(); }
+
+ private:
+  static void append_us(std::string& out, std::int64_t ns) {
+    if (ns < 0) { ns = 0; }
+    append_int(out, ns / 1000);
+    char fraction[8];
+    std::snprintf(fraction, sizeof fraction, ".%03d", static_cast<int>(ns % 1000));
+    out += fraction;
+  }
+
+  // Opens an event object (left open for the caller's remaining fields).
+  std::string& event(std::string_view name, const char* phase, std::int64_t time_ns, std::uint32_t tid) {
+    std::string& out = file_.buffer();
+    out += first_ ? "" : ",\n";
+    first_ = false;
+    out += "{\"name\":";
+    append_json_string(out, name);
+    out += ",\"ph\":\"";
+    out += phase;
+    out += "\",\"ts\":";
+    append_us(out, time_ns);
+    out += ",\"pid\":";
+    append_int(out, pid_);
+    out += ",\"tid\":";
+    append_uint(out, tid);
+    return out;
+  }
+
+  void counter(const std::string& name, std::int64_t time_ns, std::size_t bytes) {
+    std::string& out = event(name, "C", time_ns, 0);
+    out += ",\"args\":{\"bytes\":";
+    append_uint(out, bytes);
+    out += "}}";
+  }
+
+  output_file file_;
+  int pid_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<sink> make_trace_sink(const std::string& path, failure_reporter report, std::string* error) {
+  return opened(std::make_unique<trace_sink>(report), error, path);
+}
+
+}  // namespace gpuguard::detail
