@@ -1,4 +1,4 @@
-// A training-like program for the output tests (tests/cpu/outputs_test.py), run as a real child
+// A training-like program for the output tests (tests/outputs/outputs_test.py), run as a real child
 // process with GPUGUARD_OPTIONS choosing the outputs. Its first argument picks what it does:
 //   workload  nested scopes on two threads, an exception, an op-growth alert, a device-full alert
 //             and its recovery (host memory with host_capacity), and a planted leak

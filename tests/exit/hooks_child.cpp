@@ -1,4 +1,4 @@
-// A program that ends in every way the exit paths handle, for tests/cpu/hooks_test.py. It enables
+// A program that ends in every way the exit paths handle, for tests/exit/hooks_test.py. It enables
 // tracking (GPUGUARD_OPTIONS applies), leaves memory live, registers an ordinary and a signal-safe
 // cleanup that append a line to the marker file (argv[2]), prints "ready" and then ends as argv[1]
 // says. Built twice: once plainly, and once with GPUGUARD_TRAP_MALLOC, where malloc and friends

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Output tests, in real child processes (tests/cpu/ops_child.cpp): every sink's file is read back
+"""Output tests, in real child processes (tests/outputs/ops_child.cpp): every sink's file is read back
 with the ecosystem's own parsers (jsonschema for the JSONL log and the trace events,
 prometheus-client's text parser for the Prometheus file) and its numbers checked against the
 exact sizes the child allocates.
@@ -16,7 +16,7 @@ import tempfile
 
 CHILD, ROOT = sys.argv[1], sys.argv[2]
 SCHEMAS = os.path.join(ROOT, "docs", "schemas")
-SOURCE = os.path.join(ROOT, "tests", "cpu", "ops_child.cpp")
+SOURCE = os.path.join(ROOT, "tests", "outputs", "ops_child.cpp")
 MIB = 1024 * 1024
 failures = []
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Leak report tests, in real child processes (tests/cpu/leak_child.cpp), judged by exit status,
+"""Leak report tests, in real child processes (tests/tracking/leak_child.cpp), judged by exit status,
 stderr and the JSON file they leave.
 
 usage: leak_report_test.py LEAK_CHILD SCHEMA [--gpu]

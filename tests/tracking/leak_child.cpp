@@ -1,4 +1,4 @@
-// A program that leaks on purpose, for the leak-report tests (tests/cpu/leak_report_test.py).
+// A program that leaks on purpose, for the leak-report tests (tests/tracking/leak_report_test.py).
 // It enables tracking from GPUGUARD_OPTIONS and leaves memory live at exit as its first argument
 // says: "leak" (two sites), "clean" (nothing), "double_free" (misuse), "gpu" (on the GPU),
 // "unrolled" (four stacks that differ only in return addresses on one line: one site).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exit-path tests, in real child processes (tests/cpu/hooks_child.cpp) judged by their exit status
+"""Exit-path tests, in real child processes (tests/exit/hooks_child.cpp) judged by their exit status
 and the files they leave: the marker file their cleanups append to, the JSON leak report, the
 JSONL log's end line, and the crash record.
 
@@ -212,7 +212,7 @@ for binary in [b for b in (CHILD, TRAP_CHILD) if b != "-"]:
         if record and sig == signal.SIGSEGV and binary == CHILD:
             check(record["address"] == "0x0", "SIGSEGV: the fault address", record["address"])
             # Symbols are resolved afterwards, outside the crashed process.
-            with open(os.path.join(ROOT, "tests", "cpu", "hooks_child.cpp")) as f:
+            with open(os.path.join(ROOT, "tests", "exit", "hooks_child.cpp")) as f:
                 segv_line = next(n for n, l in enumerate(f, 1) if "CRASH-SEGV-LINE" in l)
             symbolized = subprocess.run([CLI, "symbolize", run.crash], capture_output=True, text=True, timeout=60)
             check(symbolized.returncode == 0, "gpuguard symbolize exits 0", symbolized.stderr)
