@@ -1,9 +1,11 @@
-// The summary line and the JSON report of `gpuguard run`. Sizes, durations and JSON strings go
-// through format.hpp, as every other output of gpuguard does.
+// The summary line and the JSON report of `gpuguard run`. Sizes and durations go through
+// format.hpp, as every other output of gpuguard does; the report is written with nlohmann::json.
 #include "run_report.hpp"
 
 #include "format.hpp"
+#include "json.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -14,10 +16,12 @@ namespace {
 // At most this many processes are named on the summary line; the report has them all.
 constexpr std::size_t max_named = 5;
 
-std::string seconds_text(std::int64_t ns) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6f", static_cast<double>(ns) / 1e9);
-  return text;
+// Seconds to the microsecond, from nanoseconds.
+json seconds(std::int64_t ns) { return json(std::round(static_cast<double>(ns) / 1e3) / 1e6); }
+
+template <typename T>
+json optional_number(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
 }
 
 std::string grace_text(std::int64_t ms) {
@@ -58,49 +62,26 @@ std::string command_name(const run_config& config) {
   return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
 }
 
-void append_holders_json(std::string& out, const residue_check& check, const std::string& prefix) {
-  out += "{\"checked\": ";
-  out += check.done ? "true" : "false";
-  out += ", \"holders\": [";
-  for (std::size_t i = 0; i < check.holders.size(); ++i) {
-    const gpu_holder& h = check.holders[i];
-    out += i == 0 ? "\n      " : ",\n      ";
-    out += "{\"pid\": " + std::to_string(h.info.pid) + ", \"comm\": ";
-    detail::append_json_string(out, h.info.stat.comm);
-    out += ", \"cmdline\": ";
-    detail::append_json_string(out, h.info.command);
-    out += ", \"files\": [";
-    const std::vector<std::string> files = held_paths(h.info, prefix);
-    for (std::size_t f = 0; f < files.size(); ++f) {
-      if (f > 0) { out += ", "; }
-      detail::append_json_string(out, files[f]);
-    }
-    out += "], \"gpu_memory_bytes\": ";
-    const auto bytes = memory_bytes(h);
-    out += bytes ? std::to_string(*bytes) : "null";
-    out += ", \"gpus\": [";
-    for (std::size_t g = 0; g < h.memory.size(); ++g) {
-      if (g > 0) { out += ", "; }
-      out += "{\"device\": " + std::to_string(h.memory[g].device) + ", \"bytes\": " +
-             (h.memory[g].bytes ? std::to_string(*h.memory[g].bytes) : "null") + "}";
-    }
-    out += "]}";
+json holders_json(const residue_check& check, const std::string& prefix) {
+  json holders = json::array();
+  for (const gpu_holder& h : check.holders) {
+    json gpus = json::array();
+    for (const gpu_memory_use& m : h.memory) { gpus.push_back({{"device", m.device}, {"bytes", optional_number(m.bytes)}}); }
+    holders.push_back({{"pid", h.info.pid},
+                       {"comm", h.info.stat.comm},
+                       {"cmdline", h.info.command},
+                       {"files", held_paths(h.info, prefix)},
+                       {"gpu_memory_bytes", optional_number(memory_bytes(h))},
+                       {"gpus", std::move(gpus)}});
   }
-  out += check.holders.empty() ? "]" : "\n    ]";
-  out += ", \"not_inspected\": [";
-  for (std::size_t i = 0; i < check.not_inspected.size(); ++i) {
-    if (i > 0) { out += ", "; }
-    out += "{\"pid\": " + std::to_string(check.not_inspected[i].first) + ", \"error\": ";
-    detail::append_json_string(out, std::strerror(check.not_inspected[i].second));
-    out += "}";
+  json not_inspected = json::array();
+  for (const auto& [pid, error] : check.not_inspected) {
+    not_inspected.push_back({{"pid", pid}, {"error", std::strerror(error)}});
   }
-  out += "], \"nvml\": {\"queried\": ";
-  out += check.nvml_queried ? "true" : "false";
-  out += ", \"available\": ";
-  out += check.nvml_available ? "true" : "false";
-  out += ", \"note\": ";
-  detail::append_json_string(out, check.nvml_note);
-  out += "}}";
+  return {{"checked", check.done},
+          {"holders", std::move(holders)},
+          {"not_inspected", std::move(not_inspected)},
+          {"nvml", {{"queried", check.nvml_queried}, {"available", check.nvml_available}, {"note", check.nvml_note}}}};
 }
 
 // "GPU clean (0.2 s after the teardown)", or why not: "GPU NOT CLEAN after 5 s: device 0 uses
@@ -199,16 +180,6 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
 }
 
 std::string run_report_json(const run_config& config, const run_outcome& o) {
-  std::string out = "{\n  \"schema\": \"gpuguard.run\",\n  \"version\": 1,\n  \"command\": [";
-  for (std::size_t i = 0; i < config.command.size(); ++i) {
-    if (i > 0) { out += ", "; }
-    detail::append_json_string(out, config.command[i]);
-  }
-  out += "],\n  \"supervisor_pid\": " + std::to_string(o.supervisor_pid);
-  out += ",\n  \"anchor_pid\": " + std::to_string(o.anchor_pid);
-  out += ",\n  \"command_pid\": " + (o.command_pid > 0 ? std::to_string(o.command_pid) : std::string("null"));
-  out += ",\n  \"start_unix_ns\": " + std::to_string(o.start_unix_ns);
-  out += ",\n  \"duration_s\": " + seconds_text(o.duration_ns);
   const char* how = "unknown";
   switch (o.how) {
     case run_outcome::end::exited: how = "exited"; break;
@@ -216,44 +187,39 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
     case run_outcome::end::not_started: how = "not_started"; break;
     case run_outcome::end::unknown: how = "unknown"; break;
   }
-  out += ",\n  \"end\": \"" + std::string(how) + "\"";
-  out += ",\n  \"exit_code\": " + (o.how == run_outcome::end::exited ? std::to_string(o.code) : std::string("null"));
-  out += ",\n  \"signal\": " + (o.how == run_outcome::end::signaled ? std::to_string(o.code) : std::string("null"));
-  out += ",\n  \"signal_name\": ";
-  if (o.how == run_outcome::end::signaled) {
-    detail::append_json_string(out, signal_name(o.code));
-  } else {
-    out += "null";
-  }
-  out += ",\n  \"exec_error\": ";
-  if (o.how == run_outcome::end::not_started) {
-    detail::append_json_string(out, std::strerror(o.exec_error));
-  } else {
-    out += "null";
-  }
-  out += ",\n  \"exit_status\": " + std::to_string(o.exit_status);
-  out += ",\n  \"grace_s\": " + seconds_text(config.grace_ms * 1000000);
-  out += ",\n  \"boundary\": {\"kind\": ";
-  out += o.cgroup.empty() ? "\"subreaper\", \"cgroup\": null" : "\"cgroup\", \"cgroup\": ";
-  if (!o.cgroup.empty()) { detail::append_json_string(out, o.cgroup); }
-  out += ", \"note\": ";
-  detail::append_json_string(out, o.cgroup.empty() ? o.boundary_note : std::string());
-  out += "}";
-  out += ",\n  \"signals_forwarded\": [";
-  bool first = true;
+  const bool exited = o.how == run_outcome::end::exited;
+  const bool signaled = o.how == run_outcome::end::signaled;
+  json doc = {{"schema", "gpuguard.run"},
+              {"version", 1},
+              {"command", config.command},
+              {"supervisor_pid", o.supervisor_pid},
+              {"anchor_pid", o.anchor_pid},
+              {"command_pid", o.command_pid > 0 ? json(o.command_pid) : json(nullptr)},
+              {"start_unix_ns", o.start_unix_ns},
+              {"duration_s", seconds(o.duration_ns)},
+              {"end", how},
+              {"exit_code", exited ? json(o.code) : json(nullptr)},
+              {"signal", signaled ? json(o.code) : json(nullptr)},
+              {"signal_name", signaled ? json(signal_name(o.code)) : json(nullptr)},
+              {"exec_error", o.how == run_outcome::end::not_started ? json(std::strerror(o.exec_error)) : json(nullptr)},
+              {"exit_status", o.exit_status},
+              {"grace_s", seconds(config.grace_ms * 1000000)},
+              {"boundary",
+               {{"kind", o.cgroup.empty() ? "subreaper" : "cgroup"},
+                {"cgroup", o.cgroup.empty() ? json(nullptr) : json(o.cgroup)},
+                {"note", o.cgroup.empty() ? o.boundary_note : std::string()}}}};
+  json forwarded = json::array();
   for (std::size_t s = 1; s < o.forwarded.size(); ++s) {
     if (o.forwarded[s] == 0) { continue; }
-    out += first ? "" : ", ";
-    first = false;
-    out += "{\"signal\": " + std::to_string(s) + ", \"name\": \"" + signal_name(static_cast<int>(s)) +
-           "\", \"count\": " + std::to_string(o.forwarded[s]) + "}";
+    forwarded.push_back({{"signal", s}, {"name", signal_name(static_cast<int>(s))}, {"count", o.forwarded[s]}});
   }
-  out += "]";
+  doc["signals_forwarded"] = std::move(forwarded);
 
   const teardown_result& t = o.teardown;
   std::size_t terminated = 0;
   std::size_t killed = 0;
   std::size_t survived = 0;
+  json processes = json::array();
   for (const leftover& l : t.leftovers) {
     if (!l.ended) {
       ++survived;
@@ -262,70 +228,47 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
     } else {
       ++terminated;
     }
+    processes.push_back({{"pid", l.process.pid},
+                         {"ppid", l.process.ppid},
+                         {"pgid", l.process.pgid},
+                         {"sid", l.process.sid},
+                         {"comm", l.process.comm},
+                         {"cmdline", l.cmdline},
+                         {"left_group", l.left_group},
+                         {"sigterm", l.sent_sigterm},
+                         {"sigkill", l.sent_sigkill},
+                         {"ended", l.ended},
+                         {"ended_after_s", l.ended && l.ended_after_ns >= 0 ? seconds(l.ended_after_ns) : json(nullptr)},
+                         {"signal_error", l.signal_error != 0 ? json(std::strerror(l.signal_error)) : json(nullptr)}});
   }
-  out += ",\n  \"teardown\": {\"duration_s\": " + seconds_text(t.duration_ns);
-  out += ", \"cut_short_by\": " + (t.cut_short ? "\"" + signal_name(t.cut_short_by) + "\"" : std::string("null"));
-  out += ", \"terminated\": " + std::to_string(terminated) + ", \"killed\": " + std::to_string(killed) +
-         ", \"survived\": " + std::to_string(survived) + ",\n    \"processes\": [";
-  for (std::size_t i = 0; i < t.leftovers.size(); ++i) {
-    const leftover& l = t.leftovers[i];
-    out += i == 0 ? "\n      " : ",\n      ";
-    out += "{\"pid\": " + std::to_string(l.process.pid) + ", \"ppid\": " + std::to_string(l.process.ppid) +
-           ", \"pgid\": " + std::to_string(l.process.pgid) + ", \"sid\": " + std::to_string(l.process.sid) +
-           ", \"comm\": ";
-    detail::append_json_string(out, l.process.comm);
-    out += ", \"cmdline\": ";
-    detail::append_json_string(out, l.cmdline);
-    out += std::string(", \"left_group\": ") + (l.left_group ? "true" : "false");
-    out += std::string(", \"sigterm\": ") + (l.sent_sigterm ? "true" : "false");
-    out += std::string(", \"sigkill\": ") + (l.sent_sigkill ? "true" : "false");
-    out += std::string(", \"ended\": ") + (l.ended ? "true" : "false");
-    out += ", \"ended_after_s\": " + (l.ended && l.ended_after_ns >= 0 ? seconds_text(l.ended_after_ns) : "null");
-    out += ", \"signal_error\": ";
-    if (l.signal_error != 0) {
-      detail::append_json_string(out, std::strerror(l.signal_error));
-    } else {
-      out += "null";
-    }
-    out += "}";
-  }
-  out += t.leftovers.empty() ? "]}" : "\n    ]}";
-
-  out += ",\n  \"residue\": {\"device_prefix\": ";
-  detail::append_json_string(out, config.device_prefix);
-  out += ",\n    \"at_end\": ";
-  append_holders_json(out, o.at_end, config.device_prefix);
-  out += ",\n    \"after_teardown\": ";
-  append_holders_json(out, o.after_teardown, config.device_prefix);
-  out += "}";
-  out += ",\n  \"clean\": ";
-  if (!o.clean.required) {
-    out += "null";
-  } else {
+  doc["teardown"] = {{"duration_s", seconds(t.duration_ns)},
+                     {"cut_short_by", t.cut_short ? json(signal_name(t.cut_short_by)) : json(nullptr)},
+                     {"terminated", terminated},
+                     {"killed", killed},
+                     {"survived", survived},
+                     {"processes", std::move(processes)}};
+  doc["residue"] = {{"device_prefix", config.device_prefix},
+                    {"at_end", holders_json(o.at_end, config.device_prefix)},
+                    {"after_teardown", holders_json(o.after_teardown, config.device_prefix)}};
+  if (o.clean.required) {
     const clean_check& c = o.clean;
-    out += std::string("{\"clean\": ") + (c.clean ? "true" : "false") + ", \"waited_s\": " + seconds_text(c.waited_ns) +
-           ", \"tolerance_bytes\": " + std::to_string(clean_tolerance_bytes) + ", \"devices\": [";
-    for (std::size_t i = 0; i < c.devices.size(); ++i) {
-      const clean_check::device& d = c.devices[i];
-      out += (i == 0 ? "" : ", ") + std::string("{\"device\": ") + std::to_string(d.index) +
-             ", \"before_bytes\": " + (d.before ? std::to_string(*d.before) : "null") +
-             ", \"after_bytes\": " + (d.after ? std::to_string(*d.after) : "null") + "}";
+    json devices = json::array();
+    for (const clean_check::device& d : c.devices) {
+      devices.push_back({{"device", d.index}, {"before_bytes", optional_number(d.before)}, {"after_bytes", optional_number(d.after)}});
     }
-    out += "], \"holders\": [";
-    for (std::size_t i = 0; i < c.holders.size(); ++i) { out += (i == 0 ? "" : ", ") + std::to_string(c.holders[i]); }
-    out += "], \"listed_by_nvml\": [";
-    for (std::size_t i = 0; i < c.listed.size(); ++i) { out += (i == 0 ? "" : ", ") + std::to_string(c.listed[i]); }
-    out += "], \"note\": ";
-    detail::append_json_string(out, c.note);
-    out += "}";
+    doc["clean"] = {{"clean", c.clean},
+                    {"waited_s", seconds(c.waited_ns)},
+                    {"tolerance_bytes", clean_tolerance_bytes},
+                    {"devices", std::move(devices)},
+                    {"holders", c.holders},
+                    {"listed_by_nvml", c.listed},
+                    {"note", c.note}};
+  } else {
+    doc["clean"] = nullptr;
   }
-  out += ",\n  \"notes\": [";
-  for (std::size_t i = 0; i < o.notes.size(); ++i) {
-    if (i > 0) { out += ", "; }
-    detail::append_json_string(out, o.notes[i]);
-  }
-  out += "]\n}\n";
-  return out;
+  doc["notes"] = o.notes;
+  // Command lines and process names may be any bytes: what is not UTF-8 becomes U+FFFD.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace gpuguard::cli
