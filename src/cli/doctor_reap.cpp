@@ -4,7 +4,7 @@
 
 #include "format.hpp"
 #include "process/end.hpp"
-#include "proc.hpp"
+#include "process/proc.hpp"
 
 #include <cerrno>
 #include <cmath>

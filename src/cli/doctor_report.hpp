@@ -4,9 +4,9 @@
 /// docs/schemas/doctor-v1.schema.json).
 #pragma once
 
-#include "holder.hpp"
-#include "nvml.hpp"
-#include "proc.hpp"
+#include "process/holder.hpp"
+#include "process/nvml.hpp"
+#include "process/proc.hpp"
 #include "doctor_reap.hpp"
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // classification on process tables built to the shape of each case, the residue trend, the JSON
 // document, the device-file scan on this process, and the pidfd reaper's start-time check on a
 // real child (a reused PID is not signalled).
-#include "proc.hpp"
+#include "process/proc.hpp"
 #include "doctor_reap.hpp"
 #include "doctor_report.hpp"
 #include "json.hpp"
