@@ -18,7 +18,7 @@
 #include "process/holder.hpp"
 #include "process/nvml.hpp"
 #include "process/proc.hpp"
-#include "run_cgroup.hpp"
+#include "run/run_cgroup.hpp"
 
 #include <array>
 #include <optional>

@@ -1,6 +1,6 @@
 // The supervisor's side of --track: each tracked process that used CUDA writes DIR/PID.json at
 // exit (schema gpuguard.track, src/preload/preload.cpp); this reads them after the job.
-#include "run_track.hpp"
+#include "run/run_track.hpp"
 
 #include "format.hpp"
 #include "json.hpp"

@@ -1,6 +1,6 @@
 // The summary line and the JSON report of `gpuguard run`. Sizes and durations go through
 // format.hpp, as every other output of gpuguard does; the report is written with nlohmann::json.
-#include "run_report.hpp"
+#include "run/run_report.hpp"
 
 #include "format.hpp"
 #include "json.hpp"

@@ -6,9 +6,9 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "process/end.hpp"
-#include "run_report.hpp"
-#include "run_track.hpp"
-#include "run_supervisor.hpp"
+#include "run/run_report.hpp"
+#include "run/run_track.hpp"
+#include "run/run_supervisor.hpp"
 
 #include <cerrno>
 #include <cstdio>

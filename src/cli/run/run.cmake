@@ -7,8 +7,8 @@
 #   run_report.cpp      the summary line and the JSON report (docs/run.md)
 #   run_track.cpp       --track: the tracked processes' records and their summary
 list(APPEND gpuguard_cli_command_sources
-  ${CMAKE_CURRENT_SOURCE_DIR}/run.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/run_supervisor.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/run_cgroup.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/run_report.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/run_track.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/run.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_supervisor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_cgroup.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_track.cpp)
