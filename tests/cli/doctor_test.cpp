@@ -4,8 +4,8 @@
 // document, the device-file scan on this process, and the pidfd reaper's start-time check on a
 // real child (a reused PID is not signalled).
 #include "process/proc.hpp"
-#include "doctor_reap.hpp"
-#include "doctor_report.hpp"
+#include "doctor/doctor_reap.hpp"
+#include "doctor/doctor_report.hpp"
 #include "json.hpp"
 
 #include <gtest/gtest.h>

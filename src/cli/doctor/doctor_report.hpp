@@ -7,7 +7,7 @@
 #include "process/holder.hpp"
 #include "process/nvml.hpp"
 #include "process/proc.hpp"
-#include "doctor_reap.hpp"
+#include "doctor/doctor_reap.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -4,6 +4,6 @@
 #   doctor_reap.cpp    --reap through pidfds
 #   doctor_report.cpp  the table and the gpuguard.doctor v1 JSON document
 list(APPEND gpuguard_cli_command_sources
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctor.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctor_reap.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/doctor_report.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/doctor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/doctor_reap.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/doctor_report.cpp)

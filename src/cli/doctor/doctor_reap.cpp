@@ -1,6 +1,6 @@
 // `gpuguard doctor --reap` (see doctor_reap.hpp): the targets' identities are checked here, then
 // the process layer ends them (process/end.hpp), as it ends `gpuguard run`'s leftovers.
-#include "doctor_reap.hpp"
+#include "doctor/doctor_reap.hpp"
 
 #include "format.hpp"
 #include "process/end.hpp"

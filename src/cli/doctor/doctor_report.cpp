@@ -1,5 +1,5 @@
 // Renderings of a `gpuguard doctor` sample (see doctor_report.hpp).
-#include "doctor_report.hpp"
+#include "doctor/doctor_report.hpp"
 
 #include "format.hpp"
 #include "json.hpp"

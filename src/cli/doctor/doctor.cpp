@@ -6,8 +6,8 @@
 #include "commands.hpp"
 #include "process/nvml.hpp"
 #include "process/proc.hpp"
-#include "doctor_reap.hpp"
-#include "doctor_report.hpp"
+#include "doctor/doctor_reap.hpp"
+#include "doctor/doctor_report.hpp"
 #include "format.hpp"
 #include "process/end.hpp"
 
