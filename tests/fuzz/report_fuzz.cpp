@@ -1,4 +1,4 @@
-// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report_log.cpp
+// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report/report_log.cpp
 // and the page it fills, report_html.cpp), for ctest: it starts from logs (tests/fuzz/report_corpus),
 // mutates lines, fields, numbers and bytes, and reads every mutated log twice, with the default
 // limits and with tiny ones (so that every thinning path runs). On every log it checks what the
@@ -12,8 +12,8 @@
 // usage: report_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 #include "fuzz_driver.hpp"
 #include "json.hpp"
-#include "report_html.hpp"
-#include "report_log.hpp"
+#include "report/report_html.hpp"
+#include "report/report_log.hpp"
 
 #include <algorithm>
 #include <new>

@@ -1,4 +1,4 @@
-#include "report_log.hpp"
+#include "report/report_log.hpp"
 
 #include "format.hpp"
 #include "json.hpp"

@@ -4,8 +4,8 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "format.hpp"
-#include "report_html.hpp"
-#include "report_log.hpp"
+#include "report/report_html.hpp"
+#include "report/report_log.hpp"
 
 #include <algorithm>
 #include <cerrno>
