@@ -5,7 +5,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "json.hpp"
-#include "symbolize.hpp"
+#include "symbolize/symbolize.hpp"
 
 #include <cerrno>
 #include <cinttypes>
