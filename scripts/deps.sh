@@ -11,7 +11,7 @@
 # The CUDA toolkit (nvcc) is not a Debian package here: it must already be on the machine.
 set -euo pipefail
 profile=${1:-}
-base=(cmake ninja-build g++ python3 libboost-stacktrace-dev)
+base=(cmake ninja-build g++ python3 libboost-stacktrace-dev nlohmann-json3-dev libcli11-dev)
 case "$profile" in
   demo) packages=("${base[@]}"); modules=() ;;
   test) packages=("${base[@]}" libgtest-dev libgmock-dev libbenchmark-dev chromium fonts-dejavu-core)

@@ -1,403 +1,244 @@
 #include "json.hpp"
 
-#include <cerrno>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace gpuguard::cli {
 
-const json_value* json_value::find(std::string_view name) const noexcept {
-  const auto* members = std::get_if<json_object>(&value_);
-  if (members == nullptr) { return nullptr; }
-  for (const auto& member : *members) {
-    if (member.first == name) { return &member.second; }
-  }
-  return nullptr;
-}
-
-const char* kind_name(json_value::kind k) noexcept {
-  switch (k) {
-    case json_value::kind::null: return "null";
-    case json_value::kind::boolean: return "boolean";
-    case json_value::kind::integer: return "integer";
-    case json_value::kind::number: return "number";
-    case json_value::kind::string: return "string";
-    case json_value::kind::array: return "array";
-    case json_value::kind::object: return "object";
-  }
-  return "?";
-}
-
 namespace {
 
-// The parser proper: recursive descent over the text, with the depth checked before every descent
-// so that the C++ stack stays bounded whatever the input.
-class parser {
- public:
-  parser(std::string_view text, std::size_t max_depth) : text_(text), max_depth_(max_depth) {}
+// nlohmann's message quotes the token it was reading ("last read: '...'"), which can be a whole
+// string of the input: keep its last bytes, where the problem is, so that a message stays one short
+// line.
+std::string shortened(std::string_view message) {
+  constexpr std::string_view marker = "last read: '";
+  constexpr std::size_t kept = 40;
+  const std::size_t open = message.find(marker);
+  std::string text(message);
+  if (open != std::string_view::npos) {
+    const std::size_t start = open + marker.size();
+    std::size_t close = message.find("'; expected", start);
+    if (close == std::string_view::npos) { close = message.size() - (message.back() == '\'' ? 1 : 0); }
+    if (close >= start && close - start > kept) {
+      text = std::string(message.substr(0, start)) + "..." + std::string(message.substr(close - kept));
+    }
+  }
+  // The token is the input's bytes: those outside printable ASCII are shown as <0xNN> (nlohmann
+  // already shows control characters as <U+NNNN>), so that the message is one printable line and
+  // valid UTF-8 wherever it is written.
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "<0x%02X>", byte);
+      out += escape;
+    }
+  }
+  return out;
+}
 
-  std::optional<json_value> parse_document() {
-    skip_whitespace();
-    std::optional<json_value> value = parse_value(0);
-    if (!value) { return std::nullopt; }
-    skip_whitespace();
-    if (pos_ != text_.size()) { return fail("unexpected " + describe_here() + " after the value"); }
-    return value;
+// Builds the document from nlohmann's SAX events, as its own DOM parser does, but stops at the
+// depth and member limits (a SAX handler that returns false ends the parse at once) and keeps
+// integers that fit as int64, so that is_number_integer() means "exact int64".
+class bounded_builder {
+ public:
+  enum class stop { none, depth, members, syntax };
+
+  bounded_builder(std::size_t max_depth, json_error* error) : max_depth_(max_depth), error_(error) {}
+
+  bool null() { return add(json(nullptr)); }
+  bool boolean(bool b) { return add(json(b)); }
+  bool number_integer(std::int64_t v) { return add(json(v)); }
+  bool number_unsigned(std::uint64_t v) {
+    constexpr auto int64_max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    return add(v <= int64_max ? json(static_cast<std::int64_t>(v)) : json(static_cast<double>(v)));
+  }
+  bool number_float(double v, const std::string& /*text*/) { return add(json(v)); }
+  bool string(std::string& s) { return add(json(std::move(s))); }
+  bool binary(json::binary_t& /*b*/) { return false; }  // JSON text has no binary values
+  bool start_object(std::size_t /*size*/) { return open(json::value_t::object); }
+  bool start_array(std::size_t /*size*/) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& name) {
+    if (++members_.back() > json_max_members) {
+      stopped_ = stop::members;
+      return false;
+    }
+    pending_ = &(*open_.back())[name];
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/, const nlohmann::json::exception& e) {
+    stopped_ = stop::syntax;
+    if (error_ != nullptr) {
+      // "[json.exception.parse_error.101] parse error at line 1, column 4: syntax error ..." ->
+      // "syntax error ...": the caller says where, as a byte offset.
+      std::string_view text = e.what();
+      if (const std::size_t id_end = text.find("] "); id_end != std::string_view::npos) { text.remove_prefix(id_end + 2); }
+      if (text.rfind("parse error", 0) == 0) {
+        if (const std::size_t colon = text.find(": "); colon != std::string_view::npos) { text.remove_prefix(colon + 2); }
+      }
+      error_->message = shortened(text);
+      error_->offset = position > 0 ? position - 1 : 0;  // nlohmann counts the bytes read
+    }
+    return false;
   }
 
-  json_error& error() { return error_; }
+  [[nodiscard]] stop stopped() const noexcept { return stopped_; }
+  [[nodiscard]] json take() { return std::move(root_); }
 
  private:
-  std::optional<json_value> parse_value(std::size_t depth) {
-    if (pos_ >= text_.size()) { return fail("unexpected end of input, expected a value"); }
-    switch (text_[pos_]) {
-      case '{': return parse_object(depth);
-      case '[': return parse_array(depth);
-      case '"': {
-        std::string s;
-        if (!parse_string(s)) { return std::nullopt; }
-        return json_value(std::move(s));
+  bool add(json value) {
+    put(std::move(value));
+    return true;
+  }
+  // Places a value where the document is at, and returns where it went.
+  json* put(json value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    if (open_.back()->is_array()) {
+      open_.back()->push_back(std::move(value));
+      return &open_.back()->back();
+    }
+    *pending_ = std::move(value);
+    return pending_;
+  }
+  bool open(json::value_t type) {
+    if (open_.size() >= max_depth_) {
+      stopped_ = stop::depth;
+      return false;
+    }
+    // The pointers stay valid: only the innermost open value grows while it is open.
+    open_.push_back(put(json(type)));
+    members_.push_back(0);
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    members_.pop_back();
+    return true;
+  }
+
+  std::size_t max_depth_;
+  json_error* error_;
+  json root_;
+  std::vector<json*> open_;
+  std::vector<std::size_t> members_;
+  json* pending_ = nullptr;
+  stop stopped_ = stop::none;
+};
+
+// Where a limit was crossed, in text that is valid JSON up to that point (the parser got there):
+// the opening bracket one level too deep, or the name of the member one too many.
+std::size_t limit_offset(std::string_view text, std::size_t max_depth) {
+  constexpr std::size_t in_array = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> members;  // per open level: the members seen, or in_array
+  bool in_string = false;
+  bool escaped = false;
+  bool expect_name = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
       }
-      case 't': return parse_literal("true", json_value(true));
-      case 'f': return parse_literal("false", json_value(false));
-      case 'n': return parse_literal("null", json_value());
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        if (expect_name) {
+          expect_name = false;
+          if (++members.back() > json_max_members) { return i; }
+        }
+        break;
+      case '{':
+      case '[':
+        if (members.size() >= max_depth) { return i; }
+        members.push_back(c == '{' ? 0 : in_array);
+        expect_name = c == '{';
+        break;
+      case '}':
+      case ']':
+        if (!members.empty()) { members.pop_back(); }
+        break;
+      case ',': expect_name = !members.empty() && members.back() != in_array; break;
       default: break;
     }
-    const char c = text_[pos_];
-    if (c == '-' || (c >= '0' && c <= '9')) { return parse_number(); }
-    return fail("unexpected " + describe_here() + ", expected a value");
   }
-
-  std::optional<json_value> parse_literal(std::string_view word, json_value value) {
-    if (text_.substr(pos_, word.size()) != word) {
-      return fail("invalid literal, expected '" + std::string(word) + "'");
-    }
-    pos_ += word.size();
-    return value;
-  }
-
-  std::optional<json_value> parse_object(std::size_t depth) {
-    if (depth + 1 > max_depth_) {
-      return fail("nesting deeper than " + std::to_string(max_depth_) + " levels");
-    }
-    ++pos_;  // '{'
-    json_object members;
-    skip_whitespace();
-    if (peek() == '}') {
-      ++pos_;
-      return json_value(std::move(members));
-    }
-    for (;;) {
-      skip_whitespace();
-      if (peek() != '"') {
-        return fail(pos_ >= text_.size() ? "unexpected end of input in an object"
-                                         : "expected a member name (a string), got " + describe_here());
-      }
-      std::string name;
-      if (!parse_string(name)) { return std::nullopt; }
-      skip_whitespace();
-      if (peek() != ':') {
-        return fail(pos_ >= text_.size() ? "unexpected end of input in an object"
-                                         : "expected ':' after a member name, got " + describe_here());
-      }
-      ++pos_;
-      skip_whitespace();
-      std::optional<json_value> value = parse_value(depth + 1);
-      if (!value) { return std::nullopt; }
-      members.emplace_back(std::move(name), std::move(*value));
-      skip_whitespace();
-      const char c = peek();
-      if (c == ',') {
-        ++pos_;
-        continue;
-      }
-      if (c == '}') {
-        ++pos_;
-        return json_value(std::move(members));
-      }
-      return fail(pos_ >= text_.size() ? "unexpected end of input in an object"
-                                       : "expected ',' or '}' in an object, got " + describe_here());
-    }
-  }
-
-  std::optional<json_value> parse_array(std::size_t depth) {
-    if (depth + 1 > max_depth_) {
-      return fail("nesting deeper than " + std::to_string(max_depth_) + " levels");
-    }
-    ++pos_;  // '['
-    json_array items;
-    skip_whitespace();
-    if (peek() == ']') {
-      ++pos_;
-      return json_value(std::move(items));
-    }
-    for (;;) {
-      skip_whitespace();
-      std::optional<json_value> value = parse_value(depth + 1);
-      if (!value) { return std::nullopt; }
-      items.push_back(std::move(*value));
-      skip_whitespace();
-      const char c = peek();
-      if (c == ',') {
-        ++pos_;
-        continue;
-      }
-      if (c == ']') {
-        ++pos_;
-        return json_value(std::move(items));
-      }
-      return fail(pos_ >= text_.size() ? "unexpected end of input in an array"
-                                       : "expected ',' or ']' in an array, got " + describe_here());
-    }
-  }
-
-  // number = [ minus ] int [ frac ] [ exp ]; int = zero / ( digit1-9 *DIGIT )
-  std::optional<json_value> parse_number() {
-    const std::size_t begin = pos_;
-    bool integral = true;
-    if (peek() == '-') { ++pos_; }
-    if (peek() == '0') {
-      ++pos_;
-      if (is_digit(peek())) { return fail("leading zero in a number"); }
-    } else if (is_digit(peek())) {
-      while (is_digit(peek())) { ++pos_; }
-    } else {
-      return fail("expected a digit in a number");
-    }
-    if (peek() == '.') {
-      integral = false;
-      ++pos_;
-      if (!is_digit(peek())) { return fail("expected a digit after the decimal point"); }
-      while (is_digit(peek())) { ++pos_; }
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      integral = false;
-      ++pos_;
-      if (peek() == '+' || peek() == '-') { ++pos_; }
-      if (!is_digit(peek())) { return fail("expected a digit in the exponent"); }
-      while (is_digit(peek())) { ++pos_; }
-    }
-    // strtoll/strtod need a terminated string; numbers are short, so copy.
-    const std::string token(text_.substr(begin, pos_ - begin));
-    if (integral) {
-      errno = 0;
-      char* end = nullptr;
-      const long long value = std::strtoll(token.c_str(), &end, 10);
-      if (errno == 0 && end == token.c_str() + token.size()) {
-        return json_value(static_cast<std::int64_t>(value));
-      }
-      // Out of int64 range: fall through to a double, as other JSON readers do.
-    }
-    errno = 0;
-    char* end = nullptr;
-    const double value = std::strtod(token.c_str(), &end);
-    if (end != token.c_str() + token.size()) {
-      pos_ = begin;
-      return fail("invalid number");
-    }
-    if (errno == ERANGE && (value > 1.0 || value < -1.0)) {
-      pos_ = begin;
-      return fail("number out of range");
-    }
-    return json_value(value);
-  }
-
-  // Appends the string at pos_ (which is '"') to `out`, decoded; leaves pos_ after the closing '"'.
-  bool parse_string(std::string& out) {
-    ++pos_;  // '"'
-    for (;;) {
-      if (pos_ >= text_.size()) {
-        fail("unexpected end of input in a string");
-        return false;
-      }
-      const auto c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c == '\\') {
-        if (!parse_escape(out)) { return false; }
-        continue;
-      }
-      if (c < 0x20) {
-        fail("unescaped control character in a string");
-        return false;
-      }
-      if (c < 0x80) {
-        out += static_cast<char>(c);
-        ++pos_;
-        continue;
-      }
-      const std::size_t n = utf8_length();
-      if (n == 0) {
-        fail("invalid UTF-8 in a string");
-        return false;
-      }
-      out.append(text_.substr(pos_, n));
-      pos_ += n;
-    }
-  }
-
-  bool parse_escape(std::string& out) {
-    ++pos_;  // '\\'
-    if (pos_ >= text_.size()) {
-      fail("unexpected end of input in a string escape");
-      return false;
-    }
-    const char c = text_[pos_];
-    switch (c) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': return parse_unicode_escape(out);
-      default:
-        --pos_;
-        fail("invalid escape '\\" + printable(c) + "' in a string");
-        return false;
-    }
-    ++pos_;
-    return true;
-  }
-
-  // pos_ is at the 'u' of "\uXXXX"; a high surrogate must be followed by "\uDC00".."\uDFFF".
-  bool parse_unicode_escape(std::string& out) {
-    const std::size_t escape_begin = pos_ - 1;
-    std::uint32_t code = 0;
-    if (!read_hex4(code)) { return false; }
-    if (code >= 0xDC00 && code <= 0xDFFF) {
-      pos_ = escape_begin;
-      fail("lone low surrogate in a \\u escape");
-      return false;
-    }
-    if (code >= 0xD800 && code <= 0xDBFF) {
-      if (text_.substr(pos_, 2) != "\\u") {
-        pos_ = escape_begin;
-        fail("high surrogate not followed by a low surrogate in a \\u escape");
-        return false;
-      }
-      ++pos_;  // at the second 'u'
-      std::uint32_t low = 0;
-      if (!read_hex4(low)) { return false; }
-      if (low < 0xDC00 || low > 0xDFFF) {
-        pos_ = escape_begin;
-        fail("high surrogate not followed by a low surrogate in a \\u escape");
-        return false;
-      }
-      code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-    }
-    append_utf8(out, code);
-    return true;
-  }
-
-  // pos_ is at a 'u'; reads the four hex digits after it and leaves pos_ after them.
-  bool read_hex4(std::uint32_t& code) {
-    ++pos_;
-    code = 0;
-    for (int i = 0; i < 4; ++i, ++pos_) {
-      if (pos_ >= text_.size()) {
-        fail("unexpected end of input in a \\u escape");
-        return false;
-      }
-      const char c = text_[pos_];
-      std::uint32_t digit = 0;
-      if (c >= '0' && c <= '9') { digit = static_cast<std::uint32_t>(c - '0'); }
-      else if (c >= 'a' && c <= 'f') { digit = static_cast<std::uint32_t>(c - 'a' + 10); }
-      else if (c >= 'A' && c <= 'F') { digit = static_cast<std::uint32_t>(c - 'A' + 10); }
-      else {
-        fail("invalid hex digit '" + printable(c) + "' in a \\u escape");
-        return false;
-      }
-      code = code * 16 + digit;
-    }
-    return true;
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t code) {
-    if (code < 0x80) {
-      out += static_cast<char>(code);
-    } else if (code < 0x800) {
-      out += static_cast<char>(0xC0 | (code >> 6));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += static_cast<char>(0xE0 | (code >> 12));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (code >> 18));
-      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    }
-  }
-
-  // Length of the valid UTF-8 sequence at pos_ (whose first byte is >= 0x80), or 0 if invalid:
-  // no overlong forms, no surrogates, nothing above U+10FFFF.
-  std::size_t utf8_length() const {
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text_[pos_ + k]); };
-    const unsigned char c = byte(0);
-    std::size_t n = 0;
-    if (c >= 0xC2 && c <= 0xDF) { n = 2; }
-    else if (c >= 0xE0 && c <= 0xEF) { n = 3; }
-    else if (c >= 0xF0 && c <= 0xF4) { n = 4; }
-    else { return 0; }
-    if (pos_ + n > text_.size()) { return 0; }
-    for (std::size_t k = 1; k < n; ++k) {
-      if ((byte(k) & 0xC0) != 0x80) { return 0; }
-    }
-    if (n == 3 && ((c == 0xE0 && byte(1) < 0xA0) || (c == 0xED && byte(1) >= 0xA0))) { return 0; }
-    if (n == 4 && ((c == 0xF0 && byte(1) < 0x90) || (c == 0xF4 && byte(1) >= 0x90))) { return 0; }
-    return n;
-  }
-
-  void skip_whitespace() noexcept {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') { return; }
-      ++pos_;
-    }
-  }
-
-  [[nodiscard]] char peek() const noexcept { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  static bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-
-  static std::string printable(char c) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7F) { return std::string(1, c); }
-    char text[8];
-    std::snprintf(text, sizeof text, "\\x%02x", u);
-    return text;
-  }
-
-  std::string describe_here() const {
-    if (pos_ >= text_.size()) { return "end of input"; }
-    return "character '" + printable(text_[pos_]) + "'";
-  }
-
-  std::nullopt_t fail(std::string message) {
-    error_.offset = pos_;
-    error_.message = std::move(message);
-    return std::nullopt;
-  }
-
-  std::string_view text_;
-  std::size_t max_depth_;
-  std::size_t pos_ = 0;
-  json_error error_;
-};
+  return text.size();
+}
 
 }  // namespace
 
-std::optional<json_value> parse_json(std::string_view text, json_error* error, std::size_t max_depth) {
-  parser p(text, max_depth);
-  std::optional<json_value> value = p.parse_document();
-  if (!value && error != nullptr) { *error = std::move(p.error()); }
-  return value;
+std::optional<json> parse_json(std::string_view text, json_error* error, std::size_t max_depth) {
+  // nlohmann's lexer takes a NUL byte for the end of the input (as in a C string), and would accept
+  // "1\0junk". No JSON text holds a raw NUL (in a string it is a control character), so the text
+  // before the first one is parsed, and the NUL is the error if nothing before it is.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    json_error before;
+    if (!parse_json(text.substr(0, nul), &before, max_depth) && before.offset < nul) {
+      if (error != nullptr) { *error = std::move(before); }
+    } else if (error != nullptr) {
+      error->offset = nul;
+      error->message = "a NUL byte, which JSON text cannot hold";
+    }
+    return std::nullopt;
+  }
+  bounded_builder builder(max_depth, error);
+  if (json::sax_parse(text.begin(), text.end(), &builder)) { return builder.take(); }
+  if (error != nullptr) {
+    switch (builder.stopped()) {
+      case bounded_builder::stop::depth:
+        error->offset = limit_offset(text, max_depth);
+        error->message = "nesting deeper than " + std::to_string(max_depth) + " levels";
+        break;
+      case bounded_builder::stop::members:
+        error->offset = limit_offset(text, max_depth);
+        error->message = "an object with more than " + std::to_string(json_max_members) + " members";
+        break;
+      case bounded_builder::stop::syntax: break;  // parse_error said it
+      case bounded_builder::stop::none:
+        error->offset = 0;
+        error->message = "not JSON";
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+const json* member(const json& object, std::string_view name) {
+  if (!object.is_object()) { return nullptr; }
+  const auto found = object.find(name);
+  return found == object.end() ? nullptr : &*found;
+}
+
+const char* kind_name(const json& value) noexcept {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::binary: return "binary";
+    case json::value_t::discarded: return "discarded";
+  }
+  return "?";
 }
 
 }  // namespace gpuguard::cli

@@ -1,78 +1,26 @@
 /// @file
-/// @brief A small, strict JSON (RFC 8259) parser for the command-line tool's readers.
+/// @brief The command-line tool's JSON: nlohmann::ordered_json, and a reader for untrusted text.
 ///
-/// No third-party JSON library is available on every machine gpuguard builds on, and the tool only
-/// reads small documents (one JSONL line at a time), so this is a plain DOM parser. It accepts
-/// exactly RFC 8259 text: one value with optional whitespace around it, valid UTF-8 only, no
-/// comments, no trailing commas, no NaN or Infinity, no unescaped control characters, no lone
-/// surrogates in \u escapes. Integral numbers that fit are kept exactly as int64; every other
-/// number is a double. Nesting is limited (`max_depth`), so hostile input cannot exhaust the stack.
+/// Documents are `nlohmann::ordered_json`, so that members keep the order they were read or
+/// written in. `parse_json` is the one way the tool reads JSON it did not make itself (event logs,
+/// crash records, --track records): it never throws for bad input, says what is wrong and where,
+/// and bounds what hostile input can cost. Nesting is limited (`max_depth`), and so are an object's
+/// members (`json_max_members`: an ordered object finds a member by a linear search, so one object
+/// of a million members would take quadratic time to build). Integers that fit are exact int64
+/// (`is_number_integer()`); every other number is a double. Of duplicate member names, the first
+/// position and the last value are kept (nlohmann's rule).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <variant>
-#include <vector>
 
 namespace gpuguard::cli {
 
-class json_value;
-
-/// An object's members in document order. Duplicate names are kept; `find` returns the first.
-using json_object = std::vector<std::pair<std::string, json_value>>;
-using json_array = std::vector<json_value>;
-
-/// One JSON value: null, boolean, integer (int64), number (double), string, array or object.
-class json_value {
- public:
-  enum class kind { null, boolean, integer, number, string, array, object };
-
-  json_value() = default;
-  explicit json_value(bool b) : value_(b) {}
-  explicit json_value(std::int64_t i) : value_(i) {}
-  explicit json_value(double d) : value_(d) {}
-  explicit json_value(std::string s) : value_(std::move(s)) {}
-  explicit json_value(json_array a) : value_(std::move(a)) {}
-  explicit json_value(json_object o) : value_(std::move(o)) {}
-
-  [[nodiscard]] kind type() const noexcept { return static_cast<kind>(value_.index()); }
-  [[nodiscard]] bool is_null() const noexcept { return type() == kind::null; }
-  [[nodiscard]] bool is_bool() const noexcept { return type() == kind::boolean; }
-  [[nodiscard]] bool is_integer() const noexcept { return type() == kind::integer; }
-  /// True for integers and doubles alike.
-  [[nodiscard]] bool is_number() const noexcept {
-    return type() == kind::integer || type() == kind::number;
-  }
-  [[nodiscard]] bool is_string() const noexcept { return type() == kind::string; }
-  [[nodiscard]] bool is_array() const noexcept { return type() == kind::array; }
-  [[nodiscard]] bool is_object() const noexcept { return type() == kind::object; }
-
-  // Accessors: the caller checks the kind first (std::bad_variant_access otherwise).
-  [[nodiscard]] bool as_bool() const { return std::get<bool>(value_); }
-  [[nodiscard]] std::int64_t as_integer() const { return std::get<std::int64_t>(value_); }
-  /// The value as a double, for integers and doubles.
-  [[nodiscard]] double as_double() const {
-    return is_integer() ? static_cast<double>(as_integer()) : std::get<double>(value_);
-  }
-  [[nodiscard]] const std::string& as_string() const { return std::get<std::string>(value_); }
-  [[nodiscard]] const json_array& as_array() const { return std::get<json_array>(value_); }
-  [[nodiscard]] const json_object& as_object() const { return std::get<json_object>(value_); }
-
-  /// The first member called `name` of an object; nullptr if absent or if this is not an object.
-  [[nodiscard]] const json_value* find(std::string_view name) const noexcept;
-
- private:
-  // The order matches `kind`.
-  std::variant<std::monostate, bool, std::int64_t, double, std::string, json_array, json_object>
-      value_;
-};
-
-/// Name of a kind as a reader would say it: "null", "boolean", "integer", "number", ...
-const char* kind_name(json_value::kind k) noexcept;
+using json = nlohmann::ordered_json;
 
 /// Why a text is not JSON: a message and the byte offset (0-based) where the problem was found.
 struct json_error {
@@ -82,10 +30,20 @@ struct json_error {
 
 /// Deepest nesting of arrays and objects `parse_json` accepts by default.
 inline constexpr std::size_t json_default_max_depth = 128;
+/// Most members one object may have; far more than any gpuguard document holds.
+inline constexpr std::size_t json_max_members = 256;
 
-/// Parses `text` as one JSON document. Returns the value, or nullopt with `*error` (when not null)
-/// saying what is wrong and where. Never throws for bad input (only std::bad_alloc).
-std::optional<json_value> parse_json(std::string_view text, json_error* error = nullptr,
-                                     std::size_t max_depth = json_default_max_depth);
+/// Parses `text` as one JSON document (RFC 8259: valid UTF-8, no comments, no trailing commas, no
+/// NaN). Returns the value, or nullopt with `*error` (when not null) saying what is wrong and
+/// where. Never throws for bad input (only std::bad_alloc).
+std::optional<json> parse_json(std::string_view text, json_error* error = nullptr,
+                               std::size_t max_depth = json_default_max_depth);
+
+/// The member called `name` of an object; nullptr if absent or if `object` is not an object.
+const json* member(const json& object, std::string_view name);
+
+/// Name of a value's kind as a reader would say it: "null", "boolean", "integer" (exact int64),
+/// "number", "string", "array", "object".
+const char* kind_name(const json& value) noexcept;
 
 }  // namespace gpuguard::cli

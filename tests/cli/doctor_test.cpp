@@ -3,9 +3,9 @@
 // classification on process tables built to the shape of each case, the residue trend, the JSON
 // document, the device-file scan on this process, and the pidfd reaper's start-time check on a
 // real child (a reused PID is not signalled).
-#include "proc.hpp"
-#include "doctor_reap.hpp"
-#include "doctor_report.hpp"
+#include "process/proc.hpp"
+#include "doctor/doctor_reap.hpp"
+#include "doctor/doctor_report.hpp"
 #include "json.hpp"
 
 #include <gtest/gtest.h>
@@ -363,14 +363,14 @@ TEST(doctor_report, json_is_one_valid_document_and_exit_status_follows_holders) 
   const std::string text = render_json(s);
   ASSERT_EQ(text.back(), '\n');
   EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line";
-  const std::optional<json_value> doc = parse_json(text, &error);
+  const std::optional<json> doc = parse_json(text, &error);
   ASSERT_TRUE(doc.has_value()) << error.message << " at " << error.offset << ": " << text;
-  EXPECT_EQ(doc->find("schema")->as_string(), "gpuguard.doctor");
-  EXPECT_EQ(doc->find("version")->as_integer(), 1);
-  const json_value& holder_json = doc->find("holders")->as_array().at(0);
-  EXPECT_EQ(holder_json.find("class")->as_string(), "orphaned");
-  EXPECT_EQ(holder_json.find("gpu_memory_bytes")->as_integer(), std::int64_t{3} << 30);
-  EXPECT_TRUE(holder_json.find("gpu_memory")->as_array().at(1).find("bytes")->is_null());
+  EXPECT_EQ(doc->at("schema"), "gpuguard.doctor");
+  EXPECT_EQ(doc->at("version").get<std::int64_t>(), 1);
+  const json& holder_json = doc->at("holders").at(0);
+  EXPECT_EQ(holder_json.at("class"), "orphaned");
+  EXPECT_EQ(holder_json.at("gpu_memory_bytes").get<std::int64_t>(), std::int64_t{3} << 30);
+  EXPECT_TRUE(holder_json.at("gpu_memory").at(1).at("bytes").is_null());
 
   // Reaped: nothing is left, so 0; a target that survived makes it 3.
   s.holders[0].reap = reap_outcome{"killed", {"SIGTERM", "SIGKILL"}, "ended"};

@@ -200,7 +200,7 @@ class report_test(unittest.TestCase):
         log = os.path.join(DATA, "bad_lines.jsonl")
         r, page, data = self.render(log)
         expected = [
-            (5, "not JSON: invalid literal, expected 'true' at column 1"),
+            (5, "not JSON: syntax error while parsing value - invalid literal; last read: 'th' at column 2"),
             (6, "a JSON array, not an object"),
             (7, 'mem: field "live_bytes" is missing'),
             (8, "unknown version v=2 (this reader knows version 1)"),
@@ -212,7 +212,8 @@ class report_test(unittest.TestCase):
             (18, 'mem: field "used_bytes" without "total_bytes"'),
             (19, 'leaks: field "sites[0].frames[0].line" must be a non-negative integer, not a JSON string'),
             (20, "truncated last line (no newline at the end; the writer may have stopped mid-line): "
-                 "unexpected end of input in a string at column 53"),
+                 "syntax error while parsing object key - invalid string: missing closing quote; "
+                 "last read: '\"live_by'; expected string literal at column 53"),
         ]
         self.assertEqual(r.stderr.decode().splitlines(),
                          ["gpuguard report: %s:%d: %s" % (log, n, why) for n, why in expected])

@@ -1,4 +1,4 @@
-// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report_log.cpp
+// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report/report_log.cpp
 // and the page it fills, report_html.cpp), for ctest: it starts from logs (tests/fuzz/report_corpus),
 // mutates lines, fields, numbers and bytes, and reads every mutated log twice, with the default
 // limits and with tiny ones (so that every thinning path runs). On every log it checks what the
@@ -12,8 +12,8 @@
 // usage: report_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 #include "fuzz_driver.hpp"
 #include "json.hpp"
-#include "report_html.hpp"
-#include "report_log.hpp"
+#include "report/report_html.hpp"
+#include "report/report_log.hpp"
 
 #include <algorithm>
 #include <new>
@@ -23,7 +23,7 @@
 
 namespace {
 
-using gpuguard::cli::json_value;
+using gpuguard::cli::json;
 
 const std::vector<std::string> dictionary = {
     "{", "}", "[", "]", ",", ":", "\"", "\\\"", "\\n", "\\u0000", "\\u001b", "\\ud800", "\\udc00", "</script>",
@@ -71,11 +71,11 @@ std::vector<std::string> split_lines(const std::string& text, bool& last_untermi
   return lines;
 }
 
-const json_value* at(const json_value& v, const char* key) { return v.find(key); }
+const json* at(const json& v, const char* key) { return gpuguard::cli::member(v, key); }
 
-std::int64_t integer(const json_value* v) { return v != nullptr && v->is_integer() ? v->as_integer() : -1; }
+std::int64_t integer(const json* v) { return v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : -1; }
 
-std::size_t array_size(const json_value* v) { return v != nullptr && v->is_array() ? v->as_array().size() : 0; }
+std::size_t array_size(const json* v) { return v != nullptr && v->is_array() ? v->size() : 0; }
 
 // What must hold for one reading of `lines` with `limits`.
 std::string check_reading(const std::vector<std::string>& lines, bool last_unterminated,
@@ -102,41 +102,41 @@ std::string check_reading(const std::vector<std::string>& lines, bool last_unter
     return "the page's data (" + std::to_string(data.size()) + " bytes) is unbounded by the log's";
   }
   gpuguard::cli::json_error error;
-  const std::optional<json_value> parsed = gpuguard::cli::parse_json(data, &error, 1024);
+  const std::optional<json> parsed = gpuguard::cli::parse_json(data, &error, 1024);
   if (!parsed) { return "the page's data is not JSON: " + error.message; }
-  const json_value& d = *parsed;
-  const json_value* source = at(d, "source");
+  const json& d = *parsed;
+  const json* source = at(d, "source");
   if (source == nullptr || integer(at(*source, "lines_read")) != static_cast<std::int64_t>(log.lines_read()) ||
       integer(at(*source, "events_used")) != static_cast<std::int64_t>(log.events_used()) ||
       integer(at(*source, "lines_skipped")) != static_cast<std::int64_t>(log.lines_skipped())) {
     return "the data's source counts differ from the reader's";
   }
-  const json_value* shown = at(d, "skipped") != nullptr ? at(*at(d, "skipped"), "lines") : nullptr;
+  const json* shown = at(d, "skipped") != nullptr ? at(*at(d, "skipped"), "lines") : nullptr;
   if (array_size(shown) != std::min(skipped.size(), limits.max_skipped_shown)) { return "skipped lines listed beyond the limit"; }
   for (std::size_t i = 0; i < array_size(shown); ++i) {
-    const json_value& entry = shown->as_array()[i];
-    const json_value* reason = at(entry, "reason");
+    const json& entry = shown->at(i);
+    const json* reason = at(entry, "reason");
     if (integer(at(entry, "line")) != static_cast<std::int64_t>(skipped[i].first) || reason == nullptr ||
-        !reason->is_string() || reason->as_string() != skipped[i].second) {
+        !reason->is_string() || *reason != skipped[i].second) {
       return "a listed skipped line is not the one the reader returned";
     }
   }
-  const json_value* devices = at(d, "devices");
+  const json* devices = at(d, "devices");
   for (std::size_t i = 0; i < array_size(devices); ++i) {
     for (const char* name : {"live", "peak", "used"}) {
-      const json_value* series = at(devices->as_array()[i], name);
+      const json* series = at(devices->at(i), name);
       if (series == nullptr || series->is_null()) { continue; }
       const std::size_t points = array_size(at(*series, "t"));
       if (points != array_size(at(*series, "v")) || points > 4 * limits.max_buckets) {
         return std::string("a device's ") + name + " series is over its bucket limit or ragged";
       }
       const std::int64_t max = integer(at(*series, "max"));
-      for (const json_value& v : at(*series, "v")->as_array()) {
-        if (!v.is_integer() || v.as_integer() > max) { return std::string("a device's ") + name + " series exceeds its max"; }
+      for (const json& v : *at(*series, "v")) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() > max) { return std::string("a device's ") + name + " series exceeds its max"; }
       }
     }
     // The allocation bands: columns of one length, within the limit, each band inside the run.
-    const json_value* timeline = at(devices->as_array()[i], "timeline");
+    const json* timeline = at(devices->at(i), "timeline");
     if (timeline == nullptr) { return "a device without its timeline"; }
     const std::size_t bands = array_size(at(*timeline, "t"));
     if (bands > std::max<std::size_t>(limits.max_bands / 2, 1) * 2 ||
@@ -147,15 +147,15 @@ std::string check_reading(const std::vector<std::string>& lines, bool last_unter
       if (array_size(at(*timeline, column)) != bands) { return "a device's allocation band columns are ragged"; }
     }
     for (std::size_t b = 0; b < bands; ++b) {
-      if (integer(&at(*timeline, "end")->as_array()[b]) < integer(&at(*timeline, "t")->as_array()[b])) {
+      if (integer(&at(*timeline, "end")->at(b)) < integer(&at(*timeline, "t")->at(b))) {
         return "an allocation band ends before it starts";
       }
     }
   }
-  const json_value* threads = at(d, "threads");
+  const json* threads = at(d, "threads");
   std::size_t drawn = 0;
   for (std::size_t i = 0; i < array_size(threads); ++i) {
-    const std::int64_t n = integer(at(threads->as_array()[i], "ops_drawn"));
+    const std::int64_t n = integer(at(threads->at(i), "ops_drawn"));
     if (n < 0 || static_cast<std::size_t>(n) > limits.max_ops_per_thread) { return "a thread's bands over the limit"; }
     drawn += static_cast<std::size_t>(n);
   }

@@ -10,7 +10,7 @@
 //
 // usage: symbolize_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 #include "fuzz_driver.hpp"
-#include "symbolize.hpp"
+#include "symbolize/symbolize.hpp"
 
 #include <cinttypes>
 #include <map>

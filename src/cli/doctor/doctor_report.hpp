@@ -4,10 +4,10 @@
 /// docs/schemas/doctor-v1.schema.json).
 #pragma once
 
-#include "holder.hpp"
-#include "nvml.hpp"
-#include "proc.hpp"
-#include "doctor_reap.hpp"
+#include "process/holder.hpp"
+#include "process/nvml.hpp"
+#include "process/proc.hpp"
+#include "doctor/doctor_reap.hpp"
 
 #include <cstdint>
 #include <optional>

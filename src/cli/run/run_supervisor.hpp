@@ -15,10 +15,10 @@
 ///    cgroup.kill.
 #pragma once
 
-#include "holder.hpp"
-#include "nvml.hpp"
-#include "proc.hpp"
-#include "run_cgroup.hpp"
+#include "process/holder.hpp"
+#include "process/nvml.hpp"
+#include "process/proc.hpp"
+#include "run/run_cgroup.hpp"
 
 #include <array>
 #include <optional>

@@ -1,5 +1,5 @@
 // The job's cgroup (see run_cgroup.hpp).
-#include "run_cgroup.hpp"
+#include "run/run_cgroup.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,6 +1,6 @@
 // The supervisor's side of --track: each tracked process that used CUDA writes DIR/PID.json at
 // exit (schema gpuguard.track, src/preload/preload.cpp); this reads them after the job.
-#include "run_track.hpp"
+#include "run/run_track.hpp"
 
 #include "format.hpp"
 #include "json.hpp"
@@ -27,9 +27,9 @@ std::string make_track_dir() {
 
 namespace {
 
-std::int64_t integer(const json_value& record, const char* name) {
-  const json_value* v = record.find(name);
-  return v != nullptr && v->is_integer() ? v->as_integer() : 0;
+std::int64_t integer(const json& record, const char* name) {
+  const json* v = member(record, name);
+  return v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : 0;
 }
 
 std::string bytes_text(std::int64_t bytes) {
@@ -39,15 +39,16 @@ std::string bytes_text(std::int64_t bytes) {
 
 // "pid 123 (python3): LEAK 9.0 MiB in 3; held 1.0 GiB (a cache); device 0: peak 2.0 GiB, 300 MiB
 // unattributed; exit 0"
-std::string line_for(const json_value& record) {
+std::string line_for(const json& record) {
   std::string program;
-  if (const json_value* p = record.find("program"); p != nullptr && p->is_string()) {
-    program = p->as_string().substr(p->as_string().rfind('/') + 1);
+  if (const json* p = member(record, "program"); p != nullptr && p->is_string()) {
+    const auto& path = p->get_ref<const std::string&>();
+    program = path.substr(path.rfind('/') + 1);
   }
   std::string line = "[gpuguard] --track: pid " + std::to_string(integer(record, "pid")) + " (" + program + "): ";
   const std::int64_t leaked = integer(record, "leaked_bytes");
   const std::int64_t leaked_count = integer(record, "leaked_count");
-  if (record.find("leaked_bytes") == nullptr) {
+  if (member(record, "leaked_bytes") == nullptr) {
     line += "allocated nothing";
   } else if (leaked_count == 0) {
     line += "no leaks";
@@ -55,18 +56,18 @@ std::string line_for(const json_value& record) {
     line += "LEAK " + bytes_text(leaked) + " in " + std::to_string(leaked_count) + " allocation" + (leaked_count == 1 ? "" : "s");
   }
   if (const std::int64_t held = integer(record, "held_bytes"); held != 0) { line += "; held at exit by its owners (not leaked) " + bytes_text(held); }
-  if (const json_value* devices = record.find("devices"); devices != nullptr && devices->is_array()) {
-    for (const json_value& d : devices->as_array()) {
+  if (const json* devices = member(record, "devices"); devices != nullptr && devices->is_array()) {
+    for (const json& d : *devices) {
       line += "; device " + std::to_string(integer(d, "device")) + ": peak " + bytes_text(integer(d, "peak_bytes"));
       if (integer(d, "pool_reserved_bytes") != 0) { line += ", pool reserve " + bytes_text(integer(d, "pool_reserved_bytes")); }
-      if (d.find("unattributed_bytes") != nullptr) { line += ", " + bytes_text(integer(d, "unattributed_bytes")) + " unattributed"; }
+      if (member(d, "unattributed_bytes") != nullptr) { line += ", " + bytes_text(integer(d, "unattributed_bytes")) + " unattributed"; }
     }
   }
   if (const std::int64_t imported = integer(record, "imported_bytes"); imported != 0) {
     line += "; imported " + bytes_text(imported);
   }
-  if (const json_value* status = record.find("exit_status"); status != nullptr && status->is_integer() && status->as_integer() >= 0) {
-    line += "; exit " + std::to_string(status->as_integer());
+  if (const json* status = member(record, "exit_status"); status != nullptr && status->is_number_integer() && status->get<std::int64_t>() >= 0) {
+    line += "; exit " + std::to_string(status->get<std::int64_t>());
   }
   return line;
 }
@@ -97,7 +98,7 @@ void write_track_summary(const std::string& dir, std::FILE* out) {
     std::stringstream text;
     text << in.rdbuf();
     json_error error;
-    const std::optional<json_value> record = parse_json(text.str(), &error);
+    const std::optional<json> record = parse_json(text.str(), &error);
     if (!record || !record->is_object()) {
       std::fprintf(out, "[gpuguard] --track: the record of pid %ld could not be read (%s)\n", pid, error.message.c_str());
     } else {

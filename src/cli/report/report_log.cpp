@@ -1,4 +1,4 @@
-#include "report_log.hpp"
+#include "report/report_log.hpp"
 
 #include "format.hpp"
 #include "json.hpp"
@@ -42,85 +42,6 @@ std::int64_t add_saturated(std::int64_t a, std::int64_t b) noexcept {
   return a + b;
 }
 
-// ---- JSON output -----------------------------------------------------------------------------
-
-// Appends compact JSON; commas are placed by the writer. Strings go through detail::json_string,
-// the one escaper every gpuguard output uses.
-class json_out {
- public:
-  json_out& begin_object() { return open('{'); }
-  json_out& end_object() { return close('}'); }
-  json_out& begin_array() { return open('['); }
-  json_out& end_array() { return close(']'); }
-  json_out& key(std::string_view name) {
-    separate();
-    out_ += detail::json_string(name);
-    out_ += ':';
-    after_key_ = true;
-    return *this;
-  }
-  json_out& integer(std::int64_t v) {
-    separate();
-    out_ += std::to_string(v);
-    return *this;
-  }
-  json_out& number(double v) {
-    separate();
-    char text[32];
-    std::snprintf(text, sizeof text, "%.9g", v);
-    out_ += text;
-    return *this;
-  }
-  json_out& boolean(bool v) {
-    separate();
-    out_ += v ? "true" : "false";
-    return *this;
-  }
-  json_out& string(std::string_view v) {
-    separate();
-    out_ += detail::json_string(v);
-    return *this;
-  }
-  json_out& null() {
-    separate();
-    out_ += "null";
-    return *this;
-  }
-  /// A value already serialised by another json_out.
-  json_out& raw(std::string_view json) {
-    separate();
-    out_ += json;
-    return *this;
-  }
-  [[nodiscard]] std::string take() { return std::move(out_); }
-
- private:
-  json_out& open(char c) {
-    separate();
-    out_ += c;
-    first_.push_back(true);
-    return *this;
-  }
-  json_out& close(char c) {
-    out_ += c;
-    first_.pop_back();
-    return *this;
-  }
-  void separate() {
-    if (after_key_) {
-      after_key_ = false;
-      return;
-    }
-    if (first_.empty()) { return; }
-    if (!first_.back()) { out_ += ','; }
-    first_.back() = false;
-  }
-
-  std::string out_;
-  std::vector<bool> first_;
-  bool after_key_ = false;
-};
-
 // ---- field access ------------------------------------------------------------------------------
 
 // Reads the fields of one event (or of an object inside it), keeping the first thing wrong as the
@@ -128,7 +49,7 @@ class json_out {
 // read every field they need and check ok() once.
 class fields {
  public:
-  fields(const json_value& object, std::string where) : object_(object), where_(std::move(where)) {}
+  fields(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
 
   [[nodiscard]] bool ok() const noexcept { return error_.empty(); }
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
@@ -140,64 +61,64 @@ class fields {
   std::int64_t device(std::string_view name) { return at_least(name, -1, "an integer >= -1"); }
   std::int64_t integer(std::string_view name) { return at_least(name, int64_min, "an integer"); }
   std::optional<std::int64_t> optional_count(std::string_view name) {
-    if (object_.find(name) == nullptr) { return std::nullopt; }
+    if (member(object_, name) == nullptr) { return std::nullopt; }
     return count(name);
   }
   std::optional<std::int64_t> optional_device(std::string_view name) {
-    if (object_.find(name) == nullptr) { return std::nullopt; }
+    if (member(object_, name) == nullptr) { return std::nullopt; }
     return device(name);
   }
   std::optional<std::int64_t> optional_integer(std::string_view name) {
-    if (object_.find(name) == nullptr) { return std::nullopt; }
+    if (member(object_, name) == nullptr) { return std::nullopt; }
     return integer(name);
   }
 
   std::string string(std::string_view name) {
-    const json_value* v = get(name);
+    const json* v = get(name);
     if (v == nullptr) { return {}; }
     if (!v->is_string()) {
       wrong(name, "a string", *v);
       return {};
     }
-    return v->as_string();
+    return v->get<std::string>();
   }
   std::optional<std::string> optional_string(std::string_view name) {
-    if (object_.find(name) == nullptr) { return std::nullopt; }
+    if (member(object_, name) == nullptr) { return std::nullopt; }
     return string(name);
   }
 
   bool boolean(std::string_view name) {
-    const json_value* v = get(name);
+    const json* v = get(name);
     if (v == nullptr) { return false; }
-    if (!v->is_bool()) {
+    if (!v->is_boolean()) {
       wrong(name, "true or false", *v);
       return false;
     }
-    return v->as_bool();
+    return v->get<bool>();
   }
 
   double number(std::string_view name) {
-    const json_value* v = get(name);
+    const json* v = get(name);
     if (v == nullptr) { return 0.0; }
     if (!v->is_number()) {
       wrong(name, "a number", *v);
       return 0.0;
     }
-    return v->as_double();
+    return v->get<double>();
   }
 
-  const json_array* array(std::string_view name) {
-    const json_value* v = get(name);
+  const json* array(std::string_view name) {
+    const json* v = get(name);
     if (v == nullptr) { return nullptr; }
     if (!v->is_array()) {
       wrong(name, "an array", *v);
       return nullptr;
     }
-    return &v->as_array();
+    return v;
   }
 
-  const json_value* object(std::string_view name) {
-    const json_value* v = get(name);
+  const json* object(std::string_view name) {
+    const json* v = get(name);
     if (v == nullptr) { return nullptr; }
     if (!v->is_object()) {
       wrong(name, "an object", *v);
@@ -209,51 +130,50 @@ class fields {
   [[nodiscard]] std::string path(std::string_view name) const { return where_ + std::string(name); }
 
  private:
-  const json_value* get(std::string_view name) {
-    const json_value* v = object_.find(name);
+  const json* get(std::string_view name) {
+    const json* v = member(object_, name);
     if (v == nullptr) { set_error("field \"" + path(name) + "\" is missing"); }
     return v;
   }
 
   std::int64_t at_least(std::string_view name, std::int64_t minimum, const char* expected) {
-    const json_value* v = get(name);
+    const json* v = get(name);
     if (v == nullptr) { return 0; }
-    if (!v->is_integer() || v->as_integer() < minimum) {
+    if (!v->is_number_integer() || v->get<std::int64_t>() < minimum) {
       wrong(name, expected, *v);
       return 0;
     }
-    return v->as_integer();
+    return v->get<std::int64_t>();
   }
 
-  void wrong(std::string_view name, const char* expected, const json_value& v) {
+  void wrong(std::string_view name, const char* expected, const json& v) {
     std::string actual;
-    if (v.is_integer()) {
-      actual = std::to_string(v.as_integer());
+    if (v.is_number_integer()) {
+      actual = std::to_string(v.get<std::int64_t>());
     } else if (v.is_number()) {
       char text[32];
-      std::snprintf(text, sizeof text, "%g", v.as_double());
+      std::snprintf(text, sizeof text, "%g", v.get<double>());
       actual = text;
     } else {
-      actual = std::string("a JSON ") + kind_name(v.type());
+      actual = std::string("a JSON ") + kind_name(v);
     }
     set_error("field \"" + path(name) + "\" must be " + expected + ", not " + actual);
   }
 
-  const json_value& object_;
+  const json& object_;
   std::string where_;
   std::string error_;
 };
 
-// Validates and re-serialises a frames array: [{address, function, file, line}], innermost first.
-std::string frames_json(fields& parent, const json_array* frames, const std::string& where) {
-  json_out out;
-  out.begin_array();
+// Validates and copies a frames array: [{address, function, file, line}], innermost first.
+json frames_json(fields& parent, const json* frames, const std::string& where) {
+  json out = json::array();
   if (frames != nullptr) {
     std::size_t index = 0;
-    for (const json_value& frame : *frames) {
+    for (const json& frame : *frames) {
       const std::string here = where + "frames[" + std::to_string(index) + "]";
       if (!frame.is_object()) {
-        parent.set_error("\"" + here + "\" must be an object, not a JSON " + kind_name(frame.type()));
+        parent.set_error("\"" + here + "\" must be an object, not a JSON " + kind_name(frame));
         break;
       }
       fields f(frame, here + ".");
@@ -266,18 +186,13 @@ std::string frames_json(fields& parent, const json_array* frames, const std::str
         break;
       }
       if (index < max_frames_kept) {
-        out.begin_object()
-            .key("address").string(address)
-            .key("function").string(function)
-            .key("file").string(file)
-            .key("line").integer(line)
-            .end_object();
+        out.push_back({{"address", std::move(address)}, {"function", std::move(function)}, {"file", std::move(file)},
+                       {"line", line}});
       }
       ++index;
     }
   }
-  out.end_array();
-  return out.take();
+  return out;
 }
 
 // ---- downsampling ------------------------------------------------------------------------------
@@ -585,17 +500,17 @@ struct log_aggregate::state {
   std::map<std::string, op_stats, std::less<>> op_names;
   op_stats other_names;
 
-  std::vector<std::string> alerts;  // serialised
+  std::vector<json> alerts;
   std::size_t alert_events = 0;
 
   std::int64_t dropped_sum = 0;
   std::int64_t dropped_total = 0;
   std::size_t dropped_lines = 0;
 
-  std::string sites;   // serialised `sites` event, "" if none
-  std::string leaks;   // serialised `leaks` event, "" if none
-  std::string end;     // serialised `end` event, "" if none
-  std::string crash;   // serialised `crash` event, "" if none
+  json sites;  // the `sites` event as the page shows it, null if none
+  json leaks;  // the `leaks` event, null if none
+  json end;    // the `end` event, null if none
+  json crash;  // the `crash` event, null if none
   std::int64_t end_t = -1;
   std::int64_t end_dropped = 0;
 
@@ -661,7 +576,7 @@ std::string log_aggregate::add_line(std::string_view line, std::size_t number, b
     return skip(unterminated ? "truncated last line (no newline at the end)" : "blank line");
   }
   json_error error;
-  const std::optional<json_value> value = parse_json(line, &error, event_max_depth);
+  const std::optional<json> value = parse_json(line, &error, event_max_depth);
   if (!value) {
     const std::string where = error.message + " at column " + std::to_string(error.offset + 1);
     if (unterminated) {
@@ -670,7 +585,7 @@ std::string log_aggregate::add_line(std::string_view line, std::size_t number, b
     return skip("not JSON: " + where);
   }
   if (!value->is_object()) {
-    return skip(std::string("a JSON ") + kind_name(value->type()) + ", not an object");
+    return skip(std::string("a JSON ") + kind_name(*value) + ", not an object");
   }
   fields header(*value, "");
   const std::int64_t version = header.integer("v");
@@ -909,17 +824,17 @@ std::string log_aggregate::state::on_alert(fields& f, std::int64_t t) {
   const std::int64_t suppressed = f.count("suppressed");
   const std::string message = f.string("message");
   if (!f.ok()) { return f.error(); }
-  json_out out;
-  out.begin_object().key("t").integer(t).key("kind").string(kind).key("suppressed").integer(suppressed)
-      .key("message").string(message);
+  json out = {{"t", t}, {"kind", kind}, {"suppressed", suppressed}, {"message", message}};
   if (kind == "op_growth") {
     const std::string name = f.string("name");
     const std::int64_t thread = f.count("thread");
     const std::int64_t net = f.integer("net_bytes");
     const std::int64_t limit = f.count("limit_bytes");
     if (!f.ok()) { return f.error(); }
-    out.key("name").string(name).key("thread").integer(thread).key("net_bytes").integer(net)
-        .key("limit_bytes").integer(limit);
+    out["name"] = name;
+    out["thread"] = thread;
+    out["net_bytes"] = net;
+    out["limit_bytes"] = limit;
   } else if (kind == "device_full" || kind == "device_recovered") {
     const std::int64_t id = f.device("device");
     const double fraction = f.number("fraction");
@@ -927,16 +842,18 @@ std::string log_aggregate::state::on_alert(fields& f, std::int64_t t) {
     const std::int64_t used = f.count("used_bytes");
     const std::int64_t total = f.count("total_bytes");
     if (!f.ok()) { return f.error(); }
-    out.key("device").integer(id).key("fraction").number(fraction).key("threshold").number(threshold)
-        .key("used_bytes").integer(used).key("total_bytes").integer(total);
+    out["device"] = id;
+    out["fraction"] = fraction;
+    out["threshold"] = threshold;
+    out["used_bytes"] = used;
+    out["total_bytes"] = total;
   } else {
     // A kind this reader does not know: shown with its message only.
     const std::optional<std::int64_t> id = f.optional_device("device");
-    if (f.ok() && id) { out.key("device").integer(*id); }
+    if (f.ok() && id) { out["device"] = *id; }
   }
-  out.end_object();
   ++alert_events;
-  if (alerts.size() < limits.max_alerts) { alerts.push_back(out.take()); }
+  if (alerts.size() < limits.max_alerts) { alerts.push_back(std::move(out)); }
   return {};
 }
 
@@ -952,59 +869,50 @@ std::string log_aggregate::state::on_dropped(fields& f) {
 
 std::string log_aggregate::state::on_sites(fields& f) {
   const bool sampled = f.boolean("sampled");
-  const json_array* list = f.array("sites");
+  const json* list = f.array("sites");
   note_backend(f);
   if (!f.ok()) { return f.error(); }
-  json_out out;
-  out.begin_object().key("sampled").boolean(sampled).key("count").integer(static_cast<std::int64_t>(list->size()));
-  out.key("sites").begin_array();
+  json kept = json::array();
   std::size_t index = 0;
-  for (const json_value& item : *list) {
+  for (const json& item : *list) {
     const std::string where = "sites[" + std::to_string(index) + "].";
     if (!item.is_object()) { return "\"sites[" + std::to_string(index) + "]\" must be an object"; }
     fields site(item, where);
     const std::int64_t id = site.count("site");
     const std::int64_t allocs = site.count("allocs");
     const std::int64_t bytes = site.count("bytes");
-    const std::string frames = frames_json(site, site.array("frames"), where);
+    json frames = frames_json(site, site.array("frames"), where);
     std::vector<std::int64_t> raw;  // optional (logs before sites were grouped have none)
-    if (item.find("raw_sites") != nullptr) {
-      if (const json_array* list_of_raw = site.array("raw_sites")) {
-        for (const json_value& r : *list_of_raw) {
-          if (!r.is_integer() || r.as_integer() < 0) { return "field \"" + where + "raw_sites\" must hold non-negative integers"; }
-          if (raw.size() < max_frames_kept) { raw.push_back(r.as_integer()); }
+    if (member(item, "raw_sites") != nullptr) {
+      if (const json* list_of_raw = site.array("raw_sites")) {
+        for (const json& r : *list_of_raw) {
+          if (!r.is_number_integer() || r.get<std::int64_t>() < 0) { return "field \"" + where + "raw_sites\" must hold non-negative integers"; }
+          if (raw.size() < max_frames_kept) { raw.push_back(r.get<std::int64_t>()); }
         }
       }
     }
     if (!site.ok()) { return site.error(); }
     if (index < max_sites_kept) {
-      out.begin_object().key("site").integer(id).key("allocs").integer(allocs).key("bytes").integer(bytes);
-      if (item.find("raw_sites") != nullptr) {
-        out.key("raw_sites").begin_array();
-        for (const std::int64_t r : raw) { out.integer(r); }
-        out.end_array();
-      }
-      out.key("frames").raw(frames).end_object();
+      json one = {{"site", id}, {"allocs", allocs}, {"bytes", bytes}};
+      if (member(item, "raw_sites") != nullptr) { one["raw_sites"] = raw; }
+      one["frames"] = std::move(frames);
+      kept.push_back(std::move(one));
     }
     ++index;
   }
-  out.end_array().end_object();
-  sites = out.take();
+  sites = {{"sampled", sampled}, {"count", list->size()}, {"sites", std::move(kept)}};
   return {};
 }
 
 std::string log_aggregate::state::on_leaks(fields& f) {
   const std::int64_t total_bytes = f.count("total_bytes");
   const std::int64_t total_count = f.count("total_count");
-  const json_array* list = f.array("sites");
+  const json* list = f.array("sites");
   note_backend(f);
   if (!f.ok()) { return f.error(); }
-  json_out out;
-  out.begin_object().key("total_bytes").integer(total_bytes).key("total_count").integer(total_count)
-      .key("site_count").integer(static_cast<std::int64_t>(list->size()));
-  out.key("sites").begin_array();
+  json kept = json::array();
   std::size_t index = 0;
-  for (const json_value& item : *list) {
+  for (const json& item : *list) {
     const std::string where = "sites[" + std::to_string(index) + "].";
     if (!item.is_object()) { return "\"sites[" + std::to_string(index) + "]\" must be an object"; }
     fields site(item, where);
@@ -1013,16 +921,16 @@ std::string log_aggregate::state::on_leaks(fields& f) {
     const std::string tag = site.string("tag");
     const std::int64_t bytes = site.count("bytes");
     const std::int64_t count = site.count("count");
-    const std::string frames = frames_json(site, site.array("frames"), where);
+    json frames = frames_json(site, site.array("frames"), where);
     if (!site.ok()) { return site.error(); }
     if (index < max_leak_sites_kept) {
-      out.begin_object().key("site").integer(id).key("device").integer(dev).key("tag").string(tag)
-          .key("bytes").integer(bytes).key("count").integer(count).key("frames").raw(frames).end_object();
+      kept.push_back({{"site", id}, {"device", dev}, {"tag", tag}, {"bytes", bytes}, {"count", count},
+                      {"frames", std::move(frames)}});
     }
     ++index;
   }
-  out.end_array().end_object();
-  leaks = out.take();
+  leaks = {{"total_bytes", total_bytes}, {"total_count", total_count}, {"site_count", list->size()},
+           {"sites", std::move(kept)}};
   return {};
 }
 
@@ -1034,14 +942,11 @@ std::string log_aggregate::state::on_crash(fields& f, std::int64_t t) {
   const std::string address = f.string("address");
   const std::int64_t thread = f.count("thread");
   const std::string crash_file = f.string("crash_file");
-  const json_array* list = f.array("devices");
+  const json* list = f.array("devices");
   if (!f.ok()) { return f.error(); }
-  json_out out;
-  out.begin_object().key("t").integer(t).key("signal").string(signal).key("code").integer(code)
-      .key("address").string(address).key("thread").integer(thread).key("crash_file").string(crash_file);
-  out.key("devices").begin_array();
+  json listed = json::array();
   std::size_t index = 0;
-  for (const json_value& item : *list) {
+  for (const json& item : *list) {
     if (!item.is_object()) { return "\"devices[" + std::to_string(index) + "]\" must be an object"; }
     fields d(item, "devices[" + std::to_string(index) + "].");
     const std::int64_t id = d.device("device");
@@ -1049,27 +954,24 @@ std::string log_aggregate::state::on_crash(fields& f, std::int64_t t) {
     const std::int64_t count = d.count("live_count");
     const std::int64_t peak = d.count("peak_bytes");
     if (!d.ok()) { return d.error(); }
-    out.begin_object().key("device").integer(id).key("live_bytes").integer(live).key("live_count").integer(count)
-        .key("peak_bytes").integer(peak).end_object();
+    listed.push_back({{"device", id}, {"live_bytes", live}, {"live_count", count}, {"peak_bytes", peak}});
     ++index;
   }
-  out.end_array().end_object();
-  crash = out.take();
+  crash = {{"t", t}, {"signal", signal}, {"code", code}, {"address", address}, {"thread", thread},
+           {"crash_file", crash_file}, {"devices", std::move(listed)}};
   return {};
 }
 
 std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
   const std::string reason = f.string("reason");
   const std::int64_t dropped = f.count("dropped");
-  const json_array* list = f.array("devices");
-  const json_value* misuse = f.object("misuse");
+  const json* list = f.array("devices");
+  const json* misuse = f.object("misuse");
   note_backend(f);
   if (!f.ok()) { return f.error(); }
-  json_out out;
-  out.begin_object().key("t").integer(t).key("reason").string(reason).key("dropped").integer(dropped);
-  out.key("devices").begin_array();
+  json listed = json::array();
   std::size_t index = 0;
-  for (const json_value& item : *list) {
+  for (const json& item : *list) {
     const std::string where = "devices[" + std::to_string(index) + "].";
     if (!item.is_object()) { return "\"devices[" + std::to_string(index) + "]\" must be an object"; }
     fields d(item, where);
@@ -1080,21 +982,18 @@ std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
     const std::int64_t allocations = d.count("allocations");
     const std::int64_t frees = d.count("frees");
     if (!d.ok()) { return d.error(); }
-    out.begin_object().key("device").integer(id).key("current_bytes").integer(current)
-        .key("peak_bytes").integer(peak).key("total_bytes").integer(total)
-        .key("allocations").integer(allocations).key("frees").integer(frees).end_object();
+    listed.push_back({{"device", id}, {"current_bytes", current}, {"peak_bytes", peak}, {"total_bytes", total},
+                       {"allocations", allocations}, {"frees", frees}});
     ++index;
   }
-  out.end_array();
-  out.key("misuse").begin_object();
+  json counts = json::object();
   fields m(*misuse, "misuse.");
-  for (const auto& member : misuse->as_object()) {
-    const std::int64_t n = m.count(member.first);
+  for (const auto& [name, value] : misuse->items()) {
+    const std::int64_t n = m.count(name);
     if (!m.ok()) { return m.error(); }
-    out.key(member.first).integer(n);
+    counts[name] = n;
   }
-  out.end_object().end_object();
-  end = out.take();
+  end = {{"t", t}, {"reason", reason}, {"dropped", dropped}, {"devices", std::move(listed)}, {"misuse", std::move(counts)}};
   end_t = t;
   end_dropped = dropped;
   return {};
@@ -1102,64 +1001,58 @@ std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
 
 std::string log_aggregate::data_json(std::string_view title, std::string_view log_path) const {
   const state& s = *state_;
-  json_out out;
-  out.begin_object();
-  out.key("schema").string("gpuguard.report").key("version").integer(1);
-  out.key("title").string(title);
-  out.key("source").begin_object()
-      .key("path").string(log_path)
-      .key("lines_read").integer(static_cast<std::int64_t>(s.lines_read))
-      .key("events_used").integer(static_cast<std::int64_t>(s.events_used))
-      .key("lines_skipped").integer(static_cast<std::int64_t>(s.lines_skipped))
-      .key("unknown_type_lines").integer(static_cast<std::int64_t>(s.unknown_type_lines));
-  out.key("unknown_types").begin_object();
-  for (const auto& entry : s.unknown_types) { out.key(entry.first).integer(static_cast<std::int64_t>(entry.second)); }
-  out.end_object().end_object();
+  json out = {{"schema", "gpuguard.report"}, {"version", 1}, {"title", title}};
+  json unknown_types = json::object();
+  for (const auto& entry : s.unknown_types) { unknown_types[entry.first] = entry.second; }
+  out["source"] = {{"path", log_path},
+                   {"lines_read", s.lines_read},
+                   {"events_used", s.events_used},
+                   {"lines_skipped", s.lines_skipped},
+                   {"unknown_type_lines", s.unknown_type_lines},
+                   {"unknown_types", std::move(unknown_types)}};
 
   const std::int64_t duration = s.end_t >= 0 ? std::max(s.end_t, s.max_t) : s.max_t;
-  out.key("run").begin_object()
-      .key("has_start").boolean(s.start_line != 0)
-      .key("has_end").boolean(!s.end.empty())
-      .key("program").string(s.program)
-      .key("pid").integer(s.pid)
-      .key("unix_ns").integer(s.unix_ns)
-      .key("start_wall").string(s.start_line != 0 ? format_utc(s.unix_ns) : std::string())
-      .key("duration_ns").integer(duration)
-      .key("stack_backend").string(s.stack_backend)
-      .end_object();
+  out["run"] = {{"has_start", s.start_line != 0},
+                {"has_end", !s.end.is_null()},
+                {"program", s.program},
+                {"pid", s.pid},
+                {"unix_ns", s.unix_ns},
+                {"start_wall", s.start_line != 0 ? format_utc(s.unix_ns) : std::string()},
+                {"duration_ns", duration},
+                {"stack_backend", s.stack_backend}};
 
-  out.key("limits").begin_object()
-      .key("max_buckets").integer(static_cast<std::int64_t>(s.limits.max_buckets))
-      .key("max_ops_per_thread").integer(static_cast<std::int64_t>(s.limits.max_ops_per_thread))
-      .key("max_alerts").integer(static_cast<std::int64_t>(s.limits.max_alerts))
-      .key("max_skipped_shown").integer(static_cast<std::int64_t>(s.limits.max_skipped_shown))
-      .key("max_bands").integer(static_cast<std::int64_t>(s.limits.max_bands))
-      .end_object();
+  out["limits"] = {{"max_buckets", s.limits.max_buckets},
+                   {"max_ops_per_thread", s.limits.max_ops_per_thread},
+                   {"max_alerts", s.limits.max_alerts},
+                   {"max_skipped_shown", s.limits.max_skipped_shown},
+                   {"max_bands", s.limits.max_bands}};
 
   // Devices: real devices by id, host memory (-1) last.
   std::vector<std::int64_t> ids;
   for (const auto& entry : s.devices) { ids.push_back(entry.first); }
   std::stable_partition(ids.begin(), ids.end(), [](std::int64_t id) { return id >= 0; });
-  const auto series = [&](const downsampled_series& d) {
+  const auto series = [](const downsampled_series& d) {
     const std::vector<sample> points = d.points();
-    out.begin_object().key("samples").integer(static_cast<std::int64_t>(d.samples()))
-        .key("max").integer(d.max_value()).key("t").begin_array();
-    for (const sample& p : points) { out.integer(p.t); }
-    out.end_array().key("v").begin_array();
-    for (const sample& p : points) { out.integer(p.v); }
-    out.end_array().end_object();
+    json t = json::array();
+    json v = json::array();
+    for (const sample& p : points) {
+      t.push_back(p.t);
+      v.push_back(p.v);
+    }
+    return json{{"samples", d.samples()}, {"max", d.max_value()}, {"t", std::move(t)}, {"v", std::move(v)}};
   };
-  out.key("devices").begin_array();
+  json devices = json::array();
   for (std::int64_t id : ids) {
     const device_state& d = s.devices.at(id);
-    out.begin_object().key("device").integer(id).key("described").boolean(d.described).key("name").string(d.name)
-        .key("total_bytes").integer(d.total_bytes > 0 ? d.total_bytes : d.mem_total_bytes)
-        .key("samples").integer(static_cast<std::int64_t>(d.live.samples()))
-        .key("allocations").integer(d.allocations).key("frees").integer(d.frees);
-    out.key("live");
-    series(d.live);
-    out.key("peak");
-    series(d.timeline_lines > 0 ? downsampled_series(2) : d.peak);  // the timeline has every step
+    json device = {{"device", id},
+                   {"described", d.described},
+                   {"name", d.name},
+                   {"total_bytes", d.total_bytes > 0 ? d.total_bytes : d.mem_total_bytes},
+                   {"samples", d.live.samples()},
+                   {"allocations", d.allocations},
+                   {"frees", d.frees},
+                   {"live", series(d.live)},
+                   {"peak", series(d.timeline_lines > 0 ? downsampled_series(2) : d.peak)}};  // the timeline has every step
     // The allocations drawn as bands: those still open at the end run to it.
     band_selection bands = d.bands;
     for (const auto& entry : d.open) {
@@ -1169,17 +1062,19 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
       bands.add(band);
     }
     const std::vector<alloc_band> kept = bands.kept();
-    out.key("timeline").begin_object()
-        .key("lines").integer(d.timeline_lines).key("alloc_lines").integer(d.alloc_lines)
-        .key("step_lines").integer(d.step_lines).key("folded_allocs").integer(d.folded_allocs)
-        .key("unpaired_frees").integer(d.unpaired_frees).key("not_paired").integer(d.not_paired)
-        .key("bands_total").integer(static_cast<std::int64_t>(bands.seen()))
-        .key("bands_drawn").integer(static_cast<std::int64_t>(kept.size()));
+    json timeline = {{"lines", d.timeline_lines},
+                     {"alloc_lines", d.alloc_lines},
+                     {"step_lines", d.step_lines},
+                     {"folded_allocs", d.folded_allocs},
+                     {"unpaired_frees", d.unpaired_frees},
+                     {"not_paired", d.not_paired},
+                     {"bands_total", bands.seen()},
+                     {"bands_drawn", kept.size()}};
     // Columns, not objects: a page of thousands of bands stays small.
     const auto column = [&](const char* name, auto get) {
-      out.key(name).begin_array();
-      for (const alloc_band& b : kept) { out.integer(get(b)); }
-      out.end_array();
+      json values = json::array();
+      for (const alloc_band& b : kept) { values.push_back(get(b)); }
+      timeline[name] = std::move(values);
     };
     column("t", [](const alloc_band& b) { return b.t; });
     column("end", [](const alloc_band& b) { return b.end; });
@@ -1187,16 +1082,11 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
     column("site", [](const alloc_band& b) { return b.site; });
     column("thread", [](const alloc_band& b) { return b.thread; });
     column("live_at_end", [](const alloc_band& b) { return static_cast<std::int64_t>(b.live_at_end); });
-    out.end_object();
-    out.key("used");
-    if (d.used.samples() > 0) {
-      series(d.used);
-    } else {
-      out.null();
-    }
-    out.end_object();
+    device["timeline"] = std::move(timeline);
+    device["used"] = d.used.samples() > 0 ? series(d.used) : json(nullptr);
+    devices.push_back(std::move(device));
   }
-  out.end_array();
+  out["devices"] = std::move(devices);
 
   // Threads and their (possibly thinned) operation bands.
   // Lanes go to the busiest threads when there are too many to draw.
@@ -1206,7 +1096,7 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
   std::vector<std::int64_t> with_lane;
   for (std::size_t i = 0; i < busiest.size() && i < max_lanes; ++i) { with_lane.push_back(busiest[i].second); }
   std::vector<const op_band*> bands;
-  out.key("threads").begin_array();
+  json threads = json::array();
   for (const auto& entry : s.threads) {
     const thread_state& th = entry.second;
     const bool lane = std::find(with_lane.begin(), with_lane.end(), entry.first) != with_lane.end();
@@ -1217,33 +1107,42 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
       bands.push_back(&th.ops[i]);
       max_depth = std::max(max_depth, th.ops[i].depth);
     }
-    out.begin_object().key("thread").integer(entry.first).key("described").boolean(th.described)
-        .key("tid").integer(th.tid).key("name").string(th.name)
-        .key("ops").integer(static_cast<std::int64_t>(th.total_ops))
-        .key("ops_drawn").integer(static_cast<std::int64_t>(kept.size()))
-        .key("max_depth").integer(max_depth).end_object();
+    threads.push_back({{"thread", entry.first},
+                       {"described", th.described},
+                       {"tid", th.tid},
+                       {"name", th.name},
+                       {"ops", th.total_ops},
+                       {"ops_drawn", kept.size()},
+                       {"max_depth", max_depth}});
   }
-  out.end_array();
+  out["threads"] = std::move(threads);
   std::stable_sort(bands.begin(), bands.end(), [](const op_band* a, const op_band* b) {
     return a->thread != b->thread ? a->thread < b->thread : a->seq < b->seq;
   });
-  out.key("ops").begin_array();
+  json ops = json::array();
   for (const op_band* op : bands) {
-    out.begin_object().key("name").string(op->name).key("thread").integer(op->thread)
-        .key("depth").integer(op->depth).key("t").integer(op->t).key("dur").integer(op->dur)
-        .key("alloc_bytes").integer(op->alloc_bytes).key("free_bytes").integer(op->free_bytes)
-        .key("net_bytes").integer(op->net_bytes).key("peak_bytes").integer(op->peak_bytes)
-        .key("allocs").integer(op->allocs).key("frees").integer(op->frees)
-        .key("exception").boolean(op->exception);
+    json one = {{"name", op->name},
+                {"thread", op->thread},
+                {"depth", op->depth},
+                {"t", op->t},
+                {"dur", op->dur},
+                {"alloc_bytes", op->alloc_bytes},
+                {"free_bytes", op->free_bytes},
+                {"net_bytes", op->net_bytes},
+                {"peak_bytes", op->peak_bytes},
+                {"allocs", op->allocs},
+                {"frees", op->frees},
+                {"exception", op->exception}};
     if (op->device) {
-      out.key("device").integer(*op->device).key("used_before").integer(op->used_before)
-          .key("used_after").integer(op->used_after);
+      one["device"] = *op->device;
+      one["used_before"] = op->used_before;
+      one["used_after"] = op->used_after;
     }
-    out.end_object();
+    ops.push_back(std::move(one));
   }
-  out.end_array();
-  out.key("op_events").integer(static_cast<std::int64_t>(s.op_events));
-  out.key("ops_of_untracked_threads").integer(static_cast<std::int64_t>(s.ops_of_untracked_threads));
+  out["ops"] = std::move(ops);
+  out["op_events"] = s.op_events;
+  out["ops_of_untracked_threads"] = s.ops_of_untracked_threads;
 
   // The per-name summary covers every op of the log, thinned or not; longest total time first.
   std::vector<std::pair<const std::string*, const op_stats*>> names;
@@ -1251,48 +1150,36 @@ std::string log_aggregate::data_json(std::string_view title, std::string_view lo
   std::stable_sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
     return a.second->total_dur > b.second->total_dur;
   });
-  const auto stats = [&](std::string_view name, const op_stats& st, bool other) {
-    out.begin_object().key("name").string(name).key("other").boolean(other)
-        .key("calls").integer(st.calls).key("total_dur").integer(st.total_dur).key("max_dur").integer(st.max_dur)
-        .key("total_alloc").integer(st.total_alloc).key("max_peak").integer(st.max_peak)
-        .key("total_net").integer(st.total_net).key("exceptions").integer(st.exceptions).end_object();
+  const auto stats = [](std::string_view name, const op_stats& st, bool other) {
+    return json{{"name", name},
+                {"other", other},
+                {"calls", st.calls},
+                {"total_dur", st.total_dur},
+                {"max_dur", st.max_dur},
+                {"total_alloc", st.total_alloc},
+                {"max_peak", st.max_peak},
+                {"total_net", st.total_net},
+                {"exceptions", st.exceptions}};
   };
-  out.key("op_summary").begin_array();
-  for (const auto& entry : names) { stats(*entry.first, *entry.second, false); }
-  if (s.other_names.calls > 0) { stats("(other names)", s.other_names, true); }
-  out.end_array();
+  json summary = json::array();
+  for (const auto& entry : names) { summary.push_back(stats(*entry.first, *entry.second, false)); }
+  if (s.other_names.calls > 0) { summary.push_back(stats("(other names)", s.other_names, true)); }
+  out["op_summary"] = std::move(summary);
 
-  out.key("alerts").begin_array();
-  for (const std::string& alert : s.alerts) { out.raw(alert); }
-  out.end_array();
-  out.key("alert_events").integer(static_cast<std::int64_t>(s.alert_events));
+  out["alerts"] = s.alerts;
+  out["alert_events"] = s.alert_events;
+  out["dropped"] = {{"events", std::max({s.dropped_sum, s.dropped_total, s.end_dropped})},
+                    {"lines", s.dropped_lines}};
+  out["sites"] = s.sites;
+  out["leaks"] = s.leaks;
+  out["end"] = s.end;
+  out["crash"] = s.crash;
 
-  out.key("dropped").begin_object()
-      .key("events").integer(std::max({s.dropped_sum, s.dropped_total, s.end_dropped}))
-      .key("lines").integer(static_cast<std::int64_t>(s.dropped_lines)).end_object();
-
-  const auto optional_raw = [&](std::string_view name, const std::string& json) {
-    out.key(name);
-    if (json.empty()) {
-      out.null();
-    } else {
-      out.raw(json);
-    }
-  };
-  optional_raw("sites", s.sites);
-  optional_raw("leaks", s.leaks);
-  optional_raw("end", s.end);
-  optional_raw("crash", s.crash);
-
-  out.key("skipped").begin_object().key("count").integer(static_cast<std::int64_t>(s.lines_skipped));
-  out.key("lines").begin_array();
-  for (const auto& entry : s.skipped_shown) {
-    out.begin_object().key("line").integer(static_cast<std::int64_t>(entry.first))
-        .key("reason").string(entry.second).end_object();
-  }
-  out.end_array().end_object();
-  out.end_object();
-  return out.take();
+  json skipped = json::array();
+  for (const auto& entry : s.skipped_shown) { skipped.push_back({{"line", entry.first}, {"reason", entry.second}}); }
+  out["skipped"] = {{"count", s.lines_skipped}, {"lines", std::move(skipped)}};
+  // Strings of a log are valid UTF-8 (the reader checked); the replacement covers any that are not.
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace gpuguard::cli

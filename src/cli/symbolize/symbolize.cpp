@@ -5,7 +5,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "json.hpp"
-#include "symbolize.hpp"
+#include "symbolize/symbolize.hpp"
 
 #include <cerrno>
 #include <cinttypes>
@@ -88,44 +88,53 @@ void append_printable(std::string& out, std::string_view text) {
   }
 }
 
-const json_value* member(const json_value& object, std::string_view name, json_value::kind kind) {
-  const json_value* value = object.find(name);
-  return value != nullptr && value->type() == kind ? value : nullptr;
+// The member `name` of `object` if it is a string, an exact integer or an array; nullptr if not.
+const json* string_member(const json& object, std::string_view name) {
+  const json* value = member(object, name);
+  return value != nullptr && value->is_string() ? value : nullptr;
+}
+const json* integer_member(const json& object, std::string_view name) {
+  const json* value = member(object, name);
+  return value != nullptr && value->is_number_integer() ? value : nullptr;
+}
+const json* array_member(const json& object, std::string_view name) {
+  const json* value = member(object, name);
+  return value != nullptr && value->is_array() ? value : nullptr;
 }
 
 }  // namespace
 
 std::optional<crash_record> read_crash_record(std::string_view line, std::string* why) {
   json_error error;
-  const std::optional<json_value> parsed = parse_json(line, &error);
-  const json_value* schema = parsed ? member(*parsed, "schema", json_value::kind::string) : nullptr;
-  if (schema == nullptr || schema->as_string() != "gpuguard.crash") {
+  const std::optional<json> parsed = parse_json(line, &error);
+  const json* schema = parsed ? string_member(*parsed, "schema") : nullptr;
+  if (schema == nullptr || *schema != "gpuguard.crash") {
     if (why != nullptr) { *why = parsed ? "not a gpuguard crash record" : "not a gpuguard crash record: " + error.message; }
     return std::nullopt;
   }
-  const json_value& record = *parsed;
+  const json& record = *parsed;
   crash_record out;
-  const json_value* signal_name = member(record, "signal_name", json_value::kind::string);
-  const json_value* thread = member(record, "thread", json_value::kind::integer);
-  const json_value* pid = member(record, "pid", json_value::kind::integer);
-  const json_value* address = member(record, "address", json_value::kind::string);
-  out.signal_name = signal_name != nullptr ? signal_name->as_string() : "signal";
-  out.thread = thread != nullptr ? thread->as_integer() : 0;
-  out.pid = pid != nullptr ? pid->as_integer() : 0;
-  out.address = address != nullptr ? address->as_string() : "?";
+  const json* signal_name = string_member(record, "signal_name");
+  const json* thread = integer_member(record, "thread");
+  const json* pid = integer_member(record, "pid");
+  const json* address = string_member(record, "address");
+  out.signal_name = signal_name != nullptr ? signal_name->get<std::string>() : "signal";
+  out.thread = thread != nullptr ? thread->get<std::int64_t>() : 0;
+  out.pid = pid != nullptr ? pid->get<std::int64_t>() : 0;
+  out.address = address != nullptr ? address->get<std::string>() : "?";
 
-  if (const json_value* m = member(record, "mappings", json_value::kind::array)) {
-    for (const json_value& text : m->as_array()) {
+  if (const json* m = array_member(record, "mappings")) {
+    for (const json& text : *m) {
       crash_mapping parsed_mapping;
-      if (text.is_string() && parse_mapping(text.as_string(), parsed_mapping)) {
+      if (text.is_string() && parse_mapping(text.get_ref<const std::string&>(), parsed_mapping)) {
         out.mappings.push_back(std::move(parsed_mapping));
       }
     }
   }
-  if (const json_value* f = member(record, "frames", json_value::kind::array)) {
-    for (const json_value& value : f->as_array()) {
+  if (const json* f = array_member(record, "frames")) {
+    for (const json& value : *f) {
       crash_frame parsed_frame;
-      if (!value.is_string() || !parse_hex(value.as_string(), parsed_frame.address) || parsed_frame.address == 0) {
+      if (!value.is_string() || !parse_hex(value.get_ref<const std::string&>(), parsed_frame.address) || parsed_frame.address == 0) {
         continue;
       }
       out.frames.push_back(std::move(parsed_frame));
@@ -144,13 +153,13 @@ std::optional<crash_record> read_crash_record(std::string_view line, std::string
       }
     }
   }
-  if (const json_value* devices = member(record, "devices", json_value::kind::array)) {
-    for (const json_value& d : devices->as_array()) {
-      const json_value* device = member(d, "device", json_value::kind::integer);
-      const json_value* bytes = member(d, "live_bytes", json_value::kind::integer);
-      const json_value* count = member(d, "live_count", json_value::kind::integer);
+  if (const json* devices = array_member(record, "devices")) {
+    for (const json& d : *devices) {
+      const json* device = integer_member(d, "device");
+      const json* bytes = integer_member(d, "live_bytes");
+      const json* count = integer_member(d, "live_count");
       if (device == nullptr || bytes == nullptr || count == nullptr) { continue; }
-      out.devices.push_back(crash_device{device->as_integer(), bytes->as_integer(), count->as_integer()});
+      out.devices.push_back(crash_device{device->get<std::int64_t>(), bytes->get<std::int64_t>(), count->get<std::int64_t>()});
     }
   }
   return out;

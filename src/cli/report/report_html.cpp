@@ -1,4 +1,4 @@
-#include "report_html.hpp"
+#include "report/report_html.hpp"
 
 #include "report_script_js.hpp"
 #include "report_style_css.hpp"

@@ -2,18 +2,20 @@
 // words at the end. The process machinery is run_supervisor.cpp; the report is run_report.cpp.
 // Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
 // started; 2 for a usage error; 1 when the supervisor itself failed.
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "format.hpp"
 #include "process/end.hpp"
-#include "run_report.hpp"
-#include "run_track.hpp"
-#include "run_supervisor.hpp"
+#include "run/run_report.hpp"
+#include "run/run_track.hpp"
+#include "run/run_supervisor.hpp"
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,9 +30,9 @@ namespace gpuguard::cli {
 
 namespace {
 
-constexpr const char* help_text =
-    "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]\n"
-    "\n"
+constexpr const char* usage_line = "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]";
+
+constexpr const char* description =
     "Runs CMD so that no process of it outlives it: when CMD ends, however it ends, every process\n"
     "it left behind (children, grandchildren, ones that called setsid or left its process group)\n"
     "gets SIGTERM, then SIGKILL after a grace period. Then says which of them held a GPU device\n"
@@ -50,32 +52,22 @@ constexpr const char* help_text =
     "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
     "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
     "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
-    "    docs/run.md\n"
-    "\n"
-    "options:\n"
-    "  --grace SECONDS        time between SIGTERM and SIGKILL for the leftovers (default 5;\n"
-    "                         decimals allowed, e.g. 0.5; 0 to 86400; 0 means SIGKILL at once)\n"
-    "  --report PATH          write a JSON report (schema gpuguard.run version 1, docs/run.md):\n"
-    "                         the command, its status and duration, the signals forwarded, the\n"
-    "                         leftovers and how each ended, the device holders. '%p' in PATH is\n"
-    "                         gpuguard's pid. Written through a temporary file and a rename\n"
-    "  --device-prefix PATH   device files that count as holding a GPU: open or mapped files\n"
-    "                         whose path starts with PATH (default /dev/nvidia; environment:\n"
-    "                         GPUGUARD_DEVICE_PREFIX)\n"
-    "  --no-cgroup            do not make the job's cgroup: the subreaper path alone\n"
-    "  --require-clean        after the job, exit 125 unless the GPU is clean within the grace\n"
-    "                         period (at least 1 s): no process of the job holds a device file,\n"
-    "                         NVML lists no PID of the job, and each device's used memory is back\n"
-    "                         to where it was before CMD started (within 64 MiB). Without NVML\n"
-    "                         it cannot tell, and exits 125 too\n"
-    "  --track                track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD\n"
-    "                         (found in ../lib next to the gpuguard executable, or in the build\n"
-    "                         tree; GPUGUARD_PRELOAD_LIBRARY=PATH names it)\n"
-    "  --options K=V:...      append these items to CMD's GPUGUARD_OPTIONS (docs/options.md);\n"
-    "                         later items win, so these override the environment's\n"
-    "  -h, --help             this help\n"
-    "\n"
+    "    docs/run.md";
+
+constexpr const char* footer =
     "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
+    "\n"
+    "details:\n"
+    "  --grace      decimals allowed, e.g. 0.5; 0 to 86400; 0 means SIGKILL at once\n"
+    "  --report     the command, its status and duration, the signals forwarded, the leftovers\n"
+    "               and how each ended, the device holders. '%p' in PATH is gpuguard's pid.\n"
+    "               Written through a temporary file and a rename\n"
+    "  --require-clean  clean means: no process of the job holds a device file, NVML lists no PID\n"
+    "               of the job, and each device's used memory is back to where it was before CMD\n"
+    "               started (within 64 MiB). Without NVML it cannot tell, and exits 125 too\n"
+    "  --track      libgpuguard_preload.so is found in ../lib next to the gpuguard executable, or\n"
+    "               in the build tree; GPUGUARD_PRELOAD_LIBRARY=PATH names it\n"
+    "  --options    later items win, so these override the environment's\n"
     "\n"
     "environment:\n"
     "  GPUGUARD_RUN_OPTIONS   defaults for the options, 'key=value' items separated by ':':\n"
@@ -96,12 +88,11 @@ constexpr const char* help_text =
     "       in the summary line and the report)\n"
     "  127  CMD was not found; 126  CMD could not be executed\n"
     "  2    usage error (nothing is started)\n"
-    "  1    gpuguard itself failed, or CMD's status could not be learnt\n";
+    "  1    gpuguard itself failed, or CMD's status could not be learnt";
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "gpuguard run: %s (see 'gpuguard run --help')\n", message.c_str());
-  return 2;
-}
+constexpr usage_words words{"run", false, true};
+
+int usage_error(const std::string& message) { return cli::usage_error(words, message); }
 
 // The grace period: one range and one syntax for run and doctor (process/end.hpp).
 std::optional<std::int64_t> parse_grace(std::string_view text) { return detail::parse_grace_ms(text); }
@@ -238,67 +229,66 @@ std::vector<std::string> command_environment(const std::string& preload, const s
 int run_main(int argc, char** argv) {
   parsed_options opts;
   read_environment_options(opts);
-  if (const char* prefix = std::getenv("GPUGUARD_DEVICE_PREFIX"); prefix != nullptr && *prefix != '\0') {
-    opts.device_prefix = prefix;
-  }
   run_config config;
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') { break; }  // CMD starts here
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(help_text, stdout);
-      return 0;
-    }
-    if (arg == "--track") {
-      opts.track = true;
-      continue;
-    }
-    if (arg == "--no-cgroup") {
-      opts.cgroup = false;
-      continue;
-    }
-    if (arg == "--require-clean") {
-      opts.require_clean = true;
-      continue;
-    }
-    // Options with a value: "--grace 5" or "--grace=5".
-    std::string name = arg;
-    std::optional<std::string> value;
-    if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    if (name != "--grace" && name != "--report" && name != "--device-prefix" && name != "--options") {
-      return usage_error("unknown option '" + arg + "'");
-    }
-    if (!value) {
-      if (i + 1 >= argc) { return usage_error(name + " needs a value"); }
-      value = argv[++i];
-    }
-    if (name == "--grace") {
-      const auto ms = parse_grace(*value);
-      if (!ms) {
-        return usage_error("bad --grace value '" + *value + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
-      }
-      opts.grace_ms = ms;
-    } else if (name == "--report") {
-      if (value->empty()) { return usage_error("--report needs a path"); }
-      opts.report = *value;
-    } else if (name == "--device-prefix") {
-      if (value->empty()) { return usage_error("--device-prefix needs a path"); }
-      opts.device_prefix = *value;
-    } else {
-      if (value->empty()) { return usage_error("--options needs K=V items"); }
-      opts.options.push_back(*value);
+  // The command line: CLI11 stops at the first argument that is not an option (prefix_command), and
+  // leaves it and everything after it, '--' included, to CMD.
+  CLI::App app(description, "gpuguard run");
+  app.formatter(std::make_shared<usage_formatter>(usage_line));
+  app.prefix_command();
+  app.set_help_flag("-h,--help", "this help");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::string grace;
+  std::string report;
+  std::string device_prefix;
+  const CLI::Option* grace_given = app.add_option("--grace", grace, "time between SIGTERM and SIGKILL for the leftovers (default 5)")->type_name("SECONDS");
+  const CLI::Option* report_given = app.add_option("--report", report, "write a JSON report (schema gpuguard.run version 1, docs/run.md)")->type_name("PATH");
+  const CLI::Option* prefix_given = app.add_option("--device-prefix", device_prefix,
+                 "device files that count as holding a GPU (default /dev/nvidia)")
+      ->type_name("PATH")
+      ->envname("GPUGUARD_DEVICE_PREFIX");
+  bool no_cgroup = false;
+  bool require_clean = false;
+  bool track = false;
+  app.add_flag("--no-cgroup", no_cgroup, "do not make the job's cgroup: the subreaper path alone")->disable_flag_override();
+  app.add_flag("--require-clean", require_clean, "after the job, exit 125 unless the GPU is clean within the grace period")
+      ->disable_flag_override();
+  app.add_flag("--track", track, "track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD")
+      ->disable_flag_override();
+  app.add_option("--options", opts.options, "append these items to CMD's GPUGUARD_OPTIONS (docs/options.md)")
+      ->type_name("K=V:...")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  app.footer(footer);
+  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  if (track) { opts.track = true; }
+  if (no_cgroup) { opts.cgroup = false; }
+  if (require_clean) { opts.require_clean = true; }
+  if (grace_given->count() > 0) {
+    opts.grace_ms = parse_grace(grace);
+    if (!opts.grace_ms) {
+      return usage_error("bad --grace value '" + grace + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
     }
   }
-  if (i >= argc) { return usage_error("no command given: gpuguard run [OPTIONS] -- CMD [ARGS...]"); }
-  for (; i < argc; ++i) { config.command.emplace_back(argv[i]); }
+  if (report_given->count() > 0) {
+    if (report.empty()) { return usage_error("--report needs a path"); }
+    opts.report = report;
+  }
+  if (prefix_given->count() > 0) {
+    if (device_prefix.empty()) { return usage_error("--device-prefix needs a path"); }
+    opts.device_prefix = device_prefix;
+  }
+  for (const std::string& o : opts.options) {
+    if (o.empty()) { return usage_error("--options needs K=V items"); }
+  }
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    return usage_error("unknown option '" + rest.front() + "'");
+  }
+  if (rest.empty()) { return usage_error("no command given: gpuguard run [OPTIONS] -- CMD [ARGS...]"); }
+  config.command = std::move(rest);
   if (config.command.front().empty()) { return usage_error("the command is an empty string"); }
   if (opts.grace_ms) { config.grace_ms = *opts.grace_ms; }
   if (opts.device_prefix) { config.device_prefix = *opts.device_prefix; }

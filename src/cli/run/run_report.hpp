@@ -3,7 +3,7 @@
 ///        JSON report (`--report`, schema `gpuguard.run` version 1, documented in docs/run.md).
 #pragma once
 
-#include "run_supervisor.hpp"
+#include "run/run_supervisor.hpp"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // The supervisor, the anchor and CMD (see run_supervisor.hpp). Signals reach the supervisor and the
 // anchor only through signalfd: both block every signal they act on, so no handler ever runs and
 // nothing here needs to be async-signal-safe except the child between fork and exec.
-#include "run_supervisor.hpp"
+#include "run/run_supervisor.hpp"
 
 #include "process/end.hpp"
 

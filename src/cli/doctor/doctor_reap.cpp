@@ -1,10 +1,10 @@
 // `gpuguard doctor --reap` (see doctor_reap.hpp): the targets' identities are checked here, then
 // the process layer ends them (process/end.hpp), as it ends `gpuguard run`'s leftovers.
-#include "doctor_reap.hpp"
+#include "doctor/doctor_reap.hpp"
 
 #include "format.hpp"
 #include "process/end.hpp"
-#include "proc.hpp"
+#include "process/proc.hpp"
 
 #include <cerrno>
 #include <cmath>

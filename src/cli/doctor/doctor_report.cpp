@@ -1,9 +1,11 @@
 // Renderings of a `gpuguard doctor` sample (see doctor_report.hpp).
-#include "doctor_report.hpp"
+#include "doctor/doctor_report.hpp"
 
 #include "format.hpp"
+#include "json.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -15,7 +17,6 @@ namespace gpuguard::cli::doctor {
 
 namespace {
 
-using detail::append_json_string;
 using detail::format_bytes;
 
 std::string bytes_text(std::uint64_t b) { return format_bytes(static_cast<std::size_t>(b)); }
@@ -26,84 +27,22 @@ std::string fixed(double value, int digits) {
   return buffer;
 }
 
-// The JSON writer: members are appended as `"key":value`, commas handled by the caller's order.
-class json_writer {
- public:
-  explicit json_writer(std::string& out) : out_(out) {}
-  void begin_object() { open('{'); }
-  void end_object() { close('}'); }
-  void begin_array() { open('['); }
-  void end_array() { close(']'); }
-  void key(std::string_view k) {
-    comma();
-    append_json_string(out_, k);
-    out_ += ':';
-    after_key_ = true;
-  }
-  void string(std::string_view s) {
-    comma();
-    append_json_string(out_, s);
-  }
-  void string_or_null(std::string_view s) {
-    if (s.empty()) {
-      null();
-    } else {
-      string(s);
-    }
-  }
-  void null() { raw("null"); }
-  void boolean(bool b) { raw(b ? "true" : "false"); }
-  void integer(std::int64_t v) { raw(std::to_string(v)); }
-  void unsigned_integer(std::uint64_t v) { raw(std::to_string(v)); }
-  void number(double v, int digits = 3) { raw(fixed(v, digits)); }
-  template <typename T>
-  void optional_unsigned(const std::optional<T>& v) {
-    if (v) {
-      unsigned_integer(static_cast<std::uint64_t>(*v));
-    } else {
-      null();
-    }
-  }
+// A number with `digits` decimals, as the document shows it: 2.35, not 2.3500000000000001.
+json rounded(double value, int digits = 3) {
+  const double scale = std::pow(10.0, digits);
+  return json(std::round(value * scale) / scale);
+}
 
- private:
-  void raw(std::string_view text) {
-    comma();
-    out_ += text;
-  }
-  void comma() {
-    if (after_key_) {
-      after_key_ = false;
-      return;
-    }
-    if (!first_) { out_ += ','; }
-    first_ = false;
-  }
-  void open(char c) {
-    comma();
-    out_ += c;
-    first_ = true;
-  }
-  void close(char c) {
-    out_ += c;
-    first_ = false;
-  }
+// A string, or null when empty (not known).
+json string_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
-  std::string& out_;
-  bool first_ = true;
-  bool after_key_ = false;
-};
+template <typename T>
+json optional_number(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
-void write_reap(json_writer& w, const reap_outcome& r) {
-  w.begin_object();
-  w.key("action");
-  w.string(r.action);
-  w.key("signals");
-  w.begin_array();
-  for (const std::string& s : r.signals) { w.string(s); }
-  w.end_array();
-  w.key("detail");
-  w.string(r.detail);
-  w.end_object();
+json reap_json(const reap_outcome& r) {
+  return {{"action", r.action}, {"signals", r.signals}, {"detail", r.detail}};
 }
 
 std::optional<std::uint64_t> holder_memory(const holder& h) {
@@ -171,226 +110,104 @@ int exit_status_of(const sample& s) {
 }
 
 std::string render_json(const sample& s) {
-  std::string out;
-  out.reserve(4096);
-  json_writer w(out);
-  w.begin_object();
-  w.key("schema");
-  w.string(schema_name);
-  w.key("version");
-  w.integer(schema_version);
-  w.key("time");
-  w.string(s.time);
-  w.key("pid_namespace");
-  w.string_or_null(s.pid_namespace);
-  w.key("device_prefix");
-  w.string(s.device_prefix);
+  json doc = {{"schema", schema_name},
+              {"version", schema_version},
+              {"time", s.time},
+              {"pid_namespace", string_or_null(s.pid_namespace)},
+              {"device_prefix", s.device_prefix},
+              {"nvml",
+               {{"available", s.nvml_available},
+                {"library", string_or_null(s.nvml_library)},
+                {"driver_version", string_or_null(s.nvml_driver_version)},
+                {"note", string_or_null(s.nvml_note)},
+                {"error", string_or_null(s.nvml_error)}}}};
 
-  w.key("nvml");
-  w.begin_object();
-  w.key("available");
-  w.boolean(s.nvml_available);
-  w.key("library");
-  w.string_or_null(s.nvml_library);
-  w.key("driver_version");
-  w.string_or_null(s.nvml_driver_version);
-  w.key("note");
-  w.string_or_null(s.nvml_note);
-  w.key("error");
-  w.string_or_null(s.nvml_error);
-  w.end_object();
-
-  w.key("devices");
-  w.begin_array();
+  json devices = json::array();
   for (const device_summary& d : s.devices) {
-    w.begin_object();
-    w.key("index");
-    w.unsigned_integer(d.nvml.index);
-    w.key("name");
-    w.string_or_null(d.nvml.name);
-    w.key("minor");
-    w.optional_unsigned(d.nvml.minor);
-    w.key("total_bytes");
-    w.optional_unsigned(d.nvml.total);
-    w.key("used_bytes");
-    w.optional_unsigned(d.nvml.used);
-    w.key("reserved_bytes");
-    w.optional_unsigned(d.nvml.reserved);
-    w.key("process_bytes");
-    w.unsigned_integer(d.process_bytes);
-    w.key("visible_process_bytes");
-    w.unsigned_integer(d.visible_process_bytes);
-    w.key("residue_bytes");
-    w.optional_unsigned(d.residue_bytes);
-    w.key("error");
-    w.string_or_null(d.nvml.error);
-    w.end_object();
+    devices.push_back({{"index", d.nvml.index},
+                       {"name", string_or_null(d.nvml.name)},
+                       {"minor", optional_number(d.nvml.minor)},
+                       {"total_bytes", optional_number(d.nvml.total)},
+                       {"used_bytes", optional_number(d.nvml.used)},
+                       {"reserved_bytes", optional_number(d.nvml.reserved)},
+                       {"process_bytes", d.process_bytes},
+                       {"visible_process_bytes", d.visible_process_bytes},
+                       {"residue_bytes", optional_number(d.residue_bytes)},
+                       {"error", string_or_null(d.nvml.error)}});
   }
-  w.end_array();
+  doc["devices"] = std::move(devices);
 
-  w.key("device_files");
-  w.begin_array();
-  for (const device_file_summary& f : s.device_files) {
-    w.begin_object();
-    w.key("path");
-    w.string(f.path);
-    w.key("holders");
-    w.integer(f.holders);
-    w.end_object();
-  }
-  w.end_array();
+  json files = json::array();
+  for (const device_file_summary& f : s.device_files) { files.push_back({{"path", f.path}, {"holders", f.holders}}); }
+  doc["device_files"] = std::move(files);
 
-  w.key("holders");
-  w.begin_array();
+  json holders = json::array();
   for (const holder& h : s.holders) {
+    // A holder known only by NVML, or whose PID names another process here, has no /proc facts.
     const bool here = h.info.exists && !h.pid_names_other;
-    w.begin_object();
-    w.key("pid");
-    w.integer(h.info.pid);
-    w.key("ns_pids");
-    w.begin_array();
-    if (here) {
-      for (const int p : h.info.ns_pids) { w.integer(p); }
-    }
-    w.end_array();
-    w.key("class");
-    w.string(class_name(h.verdict.cls));
-    w.key("orphaned");
-    w.boolean(h.verdict.orphaned);
-    w.key("state");
-    if (here) {
-      w.string(std::string(1, h.info.effective_state));
-    } else {
-      w.null();
-    }
-    w.key("state_name");
-    if (here) {
-      w.string(state_name(h.info.effective_state));
-    } else {
-      w.null();
-    }
-    w.key("main_thread_exited");
-    w.boolean(here && h.info.main_thread_exited);
-    w.key("exiting");
-    w.boolean(here && (h.info.stat.flags & pf_exiting) != 0);
-    w.key("ppid");
-    if (here) { w.integer(h.info.stat.ppid); } else { w.null(); }
-    w.key("pgid");
-    if (here) { w.integer(h.info.stat.pgid); } else { w.null(); }
-    w.key("sid");
-    if (here) { w.integer(h.info.stat.sid); } else { w.null(); }
-    w.key("uid");
-    if (here && h.info.uid) { w.unsigned_integer(*h.info.uid); } else { w.null(); }
-    w.key("start_time");
-    if (here) { w.unsigned_integer(h.info.stat.start_time); } else { w.null(); }
-    w.key("age_s");
-    if (here && h.age_s >= 0) { w.number(h.age_s, 2); } else { w.null(); }
-    w.key("comm");
-    if (here) { w.string(h.info.stat.comm); } else { w.null(); }
-    w.key("command");
-    if (here) { w.string(h.info.command); } else { w.null(); }
-    w.key("files");
-    w.begin_array();
+    const auto known = [here](auto value) { return here ? json(value) : json(nullptr); };
+    json held_files = json::array();
     for (const device_use& d : h.info.devices) {
-      w.begin_object();
-      w.key("path");
-      w.string(d.path);
-      w.key("fds");
-      w.integer(d.fds);
-      w.key("mappings");
-      w.integer(d.mappings);
-      w.end_object();
+      held_files.push_back({{"path", d.path}, {"fds", d.fds}, {"mappings", d.mappings}});
     }
-    w.end_array();
-    w.key("files_readable");
-    w.boolean(here && h.info.fds_readable);
-    w.key("gpu_memory");
-    w.begin_array();
-    for (const gpu_memory_use& m : h.memory) {
-      w.begin_object();
-      w.key("device");
-      w.unsigned_integer(m.device);
-      w.key("bytes");
-      w.optional_unsigned(m.bytes);
-      w.end_object();
-    }
-    w.end_array();
-    w.key("gpu_memory_bytes");
-    w.optional_unsigned(holder_memory(h));
-    w.key("holds");
-    w.boolean(h.holds);
-    w.key("named");
-    w.boolean(h.named);
-    w.key("why");
-    w.string(h.verdict.why);
-    w.key("hint");
-    w.string(h.verdict.hint);
-    w.key("reap");
-    if (h.reap) { write_reap(w, *h.reap); } else { w.null(); }
-    w.end_object();
+    json memory = json::array();
+    for (const gpu_memory_use& m : h.memory) { memory.push_back({{"device", m.device}, {"bytes", optional_number(m.bytes)}}); }
+    holders.push_back({{"pid", h.info.pid},
+                       {"ns_pids", here ? json(h.info.ns_pids) : json::array()},
+                       {"class", class_name(h.verdict.cls)},
+                       {"orphaned", h.verdict.orphaned},
+                       {"state", known(std::string(1, h.info.effective_state))},
+                       {"state_name", known(state_name(h.info.effective_state))},
+                       {"main_thread_exited", here && h.info.main_thread_exited},
+                       {"exiting", here && (h.info.stat.flags & pf_exiting) != 0},
+                       {"ppid", known(h.info.stat.ppid)},
+                       {"pgid", known(h.info.stat.pgid)},
+                       {"sid", known(h.info.stat.sid)},
+                       {"uid", here ? optional_number(h.info.uid) : json(nullptr)},
+                       {"start_time", known(h.info.stat.start_time)},
+                       {"age_s", here && h.age_s >= 0 ? rounded(h.age_s, 2) : json(nullptr)},
+                       {"comm", known(h.info.stat.comm)},
+                       {"command", known(h.info.command)},
+                       {"files", std::move(held_files)},
+                       {"files_readable", here && h.info.fds_readable},
+                       {"gpu_memory", std::move(memory)},
+                       {"gpu_memory_bytes", optional_number(holder_memory(h))},
+                       {"holds", h.holds},
+                       {"named", h.named},
+                       {"why", h.verdict.why},
+                       {"hint", h.verdict.hint},
+                       {"reap", h.reap ? reap_json(*h.reap) : json(nullptr)}});
   }
-  w.end_array();
+  doc["holders"] = std::move(holders);
 
-  w.key("holder_count");
-  w.integer(s.holder_count);
-  w.key("residue_bytes");
-  w.optional_unsigned(s.residue_bytes);
-  w.key("unreadable_processes");
-  w.integer(s.unreadable_processes);
-  w.key("notes");
-  w.begin_array();
-  for (const std::string& n : s.notes) { w.string(n); }
-  w.end_array();
-
-  w.key("reap");
-  if (s.reap) {
-    w.begin_object();
-    w.key("grace_s");
-    w.number(s.reap->grace_s);
-    w.key("available");
-    w.boolean(s.reap->unavailable.empty());
-    w.key("note");
-    w.string_or_null(s.reap->unavailable);
-    w.end_object();
-  } else {
-    w.null();
-  }
-
-  w.key("watch");
+  doc["holder_count"] = s.holder_count;
+  doc["residue_bytes"] = optional_number(s.residue_bytes);
+  doc["unreadable_processes"] = s.unreadable_processes;
+  doc["notes"] = s.notes;
+  doc["reap"] = s.reap ? json{{"grace_s", rounded(s.reap->grace_s)},
+                              {"available", s.reap->unavailable.empty()},
+                              {"note", string_or_null(s.reap->unavailable)}}
+                       : json(nullptr);
   if (s.watch) {
     const watch_summary& ws = *s.watch;
-    w.begin_object();
-    w.key("interval_s");
-    w.number(ws.interval_s);
-    w.key("sample");
-    w.integer(ws.sample);
-    w.key("count");
-    if (ws.count) { w.integer(*ws.count); } else { w.null(); }
-    w.key("elapsed_s");
-    w.number(ws.elapsed_s);
-    w.key("residue_trend");
-    w.string(ws.residue_trend);
-    w.key("residue_first_bytes");
-    w.optional_unsigned(ws.residue_first_bytes);
-    w.key("residue_last_bytes");
-    w.optional_unsigned(ws.residue_last_bytes);
-    w.key("residue_min_bytes");
-    w.optional_unsigned(ws.residue_min_bytes);
-    w.key("residue_max_bytes");
-    w.optional_unsigned(ws.residue_max_bytes);
-    w.key("holders_first");
-    w.integer(ws.holders_first);
-    w.key("holders_last");
-    w.integer(ws.holders_last);
-    w.end_object();
+    doc["watch"] = {{"interval_s", rounded(ws.interval_s)},
+                    {"sample", ws.sample},
+                    {"count", optional_number(ws.count)},
+                    {"elapsed_s", rounded(ws.elapsed_s)},
+                    {"residue_trend", ws.residue_trend},
+                    {"residue_first_bytes", optional_number(ws.residue_first_bytes)},
+                    {"residue_last_bytes", optional_number(ws.residue_last_bytes)},
+                    {"residue_min_bytes", optional_number(ws.residue_min_bytes)},
+                    {"residue_max_bytes", optional_number(ws.residue_max_bytes)},
+                    {"holders_first", ws.holders_first},
+                    {"holders_last", ws.holders_last}};
   } else {
-    w.null();
+    doc["watch"] = nullptr;
   }
-  w.key("exit_status");
-  w.integer(s.exit_status);
-  w.end_object();
-  out += '\n';
-  return out;
+  doc["exit_status"] = s.exit_status;
+  // One line per sample (--watch writes JSON lines). Names from /proc may be any bytes: what is
+  // not UTF-8 becomes U+FFFD.
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::string render_text(const sample& s) {

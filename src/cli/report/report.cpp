@@ -1,15 +1,17 @@
 // `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line (report_log),
 // renders one self-contained HTML page (report_html) and writes it through a temporary file and a
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "format.hpp"
-#include "report_html.hpp"
-#include "report_log.hpp"
+#include "report/report_html.hpp"
+#include "report/report_log.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,9 +20,9 @@ namespace gpuguard::cli {
 
 namespace {
 
-constexpr const char* help_text =
-    "usage: gpuguard report LOG.jsonl [-o OUTPUT.html] [--title TEXT]\n"
-    "\n"
+constexpr const char* usage_line = "usage: gpuguard report LOG.jsonl [-o OUTPUT.html] [--title TEXT]";
+
+constexpr const char* description =
     "Renders a gpuguard JSONL event log (written with GPUGUARD_OPTIONS=jsonl_log=PATH; schema\n"
     "gpuguard.events version 1, see docs/formats.md) as ONE self-contained HTML page: no network,\n"
     "no external files; open it in any browser. LOG may be '-' for standard input.\n"
@@ -34,16 +36,13 @@ constexpr const char* help_text =
     "  - per-operation totals by name: calls, time, bytes allocated, largest peak, net, exceptions\n"
     "  - the allocation sites that allocated the most, the leaks at exit with their stacks,\n"
     "    alerts, dropped events and the device counters at exit\n"
-    "  - the log lines that could not be used, and why\n"
-    "\n"
-    "options:\n"
-    "  -o, --output PATH   where to write the page ('-' = standard output; default: LOG with its\n"
-    "                      .jsonl, .json or .log suffix replaced by .html, next to it; required\n"
-    "                      when LOG is '-'). Written to a temporary\n"
-    "                      file beside PATH and renamed: PATH is never left half written, and\n"
-    "                      nothing is written when the command fails\n"
-    "  --title TEXT        the page's title (default: 'gpuguard report: ' and the program's name)\n"
-    "  -h, --help          this help\n"
+    "  - the log lines that could not be used, and why";
+
+constexpr const char* footer =
+    "--output: '-' is standard output; the default is LOG with its .jsonl, .json or .log suffix\n"
+    "replaced by .html, next to it (required when LOG is '-'). The page is written to a temporary\n"
+    "file beside PATH and renamed: PATH is never left half written, and nothing is written when\n"
+    "the command fails.\n"
     "\n"
     "A line that cannot be used (not JSON, not an object, a missing or mistyped field, an unknown\n"
     "version, a truncated last line) is reported on stderr as 'gpuguard report: LOG:LINE: why'\n"
@@ -60,16 +59,24 @@ constexpr const char* help_text =
     "  0  the page was written (even when some lines were skipped)\n"
     "  1  the log could not be read, or the page could not be written (nothing is written)\n"
     "  2  usage error\n"
-    "  3  nothing in the log could be used: it is empty or no event log (nothing is written)\n";
+    "  3  nothing in the log could be used: it is empty or no event log (nothing is written)";
 
 // Lines longer than this are skipped unread: no event of version 1 comes near it.
 constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
 // Skipped lines named on stderr one by one; past this, one line says how many more there were.
 constexpr std::size_t max_stderr_lines = 20;
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "gpuguard report: %s (see 'gpuguard report --help')\n", message.c_str());
-  return 2;
+constexpr usage_words words{"report", true, true};
+
+int usage_error(const std::string& message) { return cli::usage_error(words, message); }
+
+// How the output option was spelt, the last time: "-o" or "--output".
+std::string output_spelling(int argc, char** argv) {
+  for (int i = argc - 1; i > 0; --i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-o" || arg.rfind("--output", 0) == 0) { return std::string(arg.substr(0, arg.find('='))); }
+  }
+  return "--output";
 }
 
 // Reads a file line by line in fixed-size blocks, so that a hostile line cannot take more than
@@ -176,53 +183,22 @@ int report_main(int argc, char** argv) {
   std::string log_path;
   std::string output;
   std::string title;
-  bool have_log = false;
-  bool have_output = false;
-  bool have_title = false;
-  bool options_done = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (!options_done && arg.size() > 1 && arg[0] == '-') {
-      if (arg == "--") {
-        options_done = true;
-        continue;
-      }
-      if (arg == "-h" || arg == "--help") {
-        std::fputs(help_text, stdout);
-        return 0;
-      }
-      // Options that take a value: "-o PATH", "--output PATH", "--output=PATH".
-      std::string name = arg;
-      std::string value;
-      bool inline_value = false;
-      if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-        name = arg.substr(0, eq);
-        value = arg.substr(eq + 1);
-        inline_value = true;
-      }
-      const bool is_output = name == "-o" || name == "--output";
-      const bool is_title = name == "--title";
-      if (!is_output && !is_title) { return usage_error("unknown option '" + arg + "'"); }
-      if (!inline_value) {
-        if (i + 1 >= argc) { return usage_error("option '" + name + "' needs a value"); }
-        value = argv[++i];
-      }
-      if (is_output) {
-        if (have_output) { return usage_error("option '" + name + "' given twice"); }
-        if (value.empty()) { return usage_error("option '" + name + "' needs a non-empty path"); }
-        output = value;
-        have_output = true;
-      } else {
-        if (have_title) { return usage_error("option '" + name + "' given twice"); }
-        title = value;
-        have_title = true;
-      }
-      continue;
-    }
-    if (have_log) { return usage_error("unexpected argument '" + arg + "' (only one LOG is read)"); }
-    if (arg.empty()) { return usage_error("the LOG path is empty"); }
-    log_path = arg;
-    have_log = true;
+  CLI::App app(description, "gpuguard report");
+  app.formatter(std::make_shared<usage_formatter>(usage_line));
+  app.set_help_flag("-h,--help", "this help");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+  const CLI::Option* log_given = app.add_option("LOG", log_path, "the JSONL event log to read ('-' = standard input)")->type_name("");
+  const CLI::Option* output_given =
+      app.add_option("-o,--output", output, "where to write the page (default: LOG with .html)")->type_name("PATH");
+  const CLI::Option* title_given = app.add_option("--title", title, "the page's title (default: 'gpuguard report: ' and the program's name)")
+          ->type_name("TEXT");
+  app.footer(footer);
+  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  const bool have_log = log_given->count() > 0;
+  const bool have_output = output_given->count() > 0;
+  if (have_log && log_path.empty()) { return usage_error("the LOG path is empty"); }
+  if (have_output && output.empty()) {
+    return usage_error("option '" + output_spelling(argc, argv) + "' needs a non-empty path");
   }
   if (!have_log) { return usage_error("missing LOG (the JSONL event log to read)"); }
   if (!have_output) {
@@ -280,7 +256,7 @@ int report_main(int argc, char** argv) {
     return 3;
   }
 
-  if (!have_title) {
+  if (title_given->count() == 0) {
     title = "gpuguard report: " + (log.program().empty() ? base_name(shown_path) : base_name(log.program()));
   }
   const std::string page = render_report_html(title, log.data_json(title, shown_path));

@@ -4,10 +4,10 @@
 // in this PID namespace), shows the residue no visible process accounts for, optionally watches it
 // over time, and with --reap ends orphaned holders through pidfds. See docs/doctor.md.
 #include "commands.hpp"
-#include "nvml.hpp"
-#include "proc.hpp"
-#include "doctor_reap.hpp"
-#include "doctor_report.hpp"
+#include "process/nvml.hpp"
+#include "process/proc.hpp"
+#include "doctor/doctor_reap.hpp"
+#include "doctor/doctor_report.hpp"
 #include "format.hpp"
 #include "process/end.hpp"
 
