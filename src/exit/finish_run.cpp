@@ -7,7 +7,7 @@
 #include "exit/exit_paths.hpp"
 #include "outputs/outputs_internal.hpp"
 #include "tracking/tracking_internal.hpp"
-#include "quiet_thread.hpp"
+#include "util/quiet_thread.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -11,11 +11,12 @@
 #include <gpuguard/ledger.hpp>
 
 #include "exit/exit_paths.hpp"
-#include "format.hpp"
 #include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
-#include "quiet_thread.hpp"
 #include "ledger/stacks.hpp"
+#include "util/file.hpp"
+#include "util/format.hpp"
+#include "util/quiet_thread.hpp"
 
 #include <array>
 #include <atomic>
@@ -185,13 +186,7 @@ class signal_writer {
     return *this;
   }
   void flush() noexcept {
-    std::size_t done = 0;
-    while (fd_ >= 0 && done < used_) {
-      const ssize_t n = ::write(fd_, buffer_ + done, used_ - done);
-      if (n < 0 && errno == EINTR) { continue; }
-      if (n <= 0) { break; }
-      done += static_cast<std::size_t>(n);
-    }
+    if (fd_ >= 0) { static_cast<void>(detail::write_all(fd_, buffer_, used_)); }
     used_ = 0;
   }
 

@@ -4,7 +4,7 @@
 #include "outputs/sinks.hpp"
 
 #include "exit/exit_paths.hpp"
-#include "format.hpp"
+#include "util/format.hpp"
 #include "ledger/stacks.hpp"
 #include "outputs/report_json.hpp"
 #include "util/program_path.hpp"

@@ -4,6 +4,8 @@
 
 #include "outputs/sinks.hpp"
 
+#include "util/file.hpp"
+
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -63,17 +65,10 @@ class output_file {
       buffer_.clear();
       return;
     }
-    std::size_t written = 0;
-    while (written < buffer_.size()) {
-      const ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
-      if (n < 0 && errno == EINTR) { continue; }
-      if (n <= 0) {
-        failed_ = true;
-        report_(label_ + ": cannot write '" + path_ + "': " +
-                (n < 0 ? std::strerror(errno) : "nothing written") + "; this output is off from now on");
-        break;
-      }
-      written += static_cast<std::size_t>(n);
+    if (!write_all(fd_, buffer_.data(), buffer_.size())) {
+      failed_ = true;
+      report_(label_ + ": cannot write '" + path_ + "': " + (errno != 0 ? std::strerror(errno) : "nothing written") +
+              "; this output is off from now on");
     }
     buffer_.clear();
   }

@@ -3,8 +3,9 @@
 #include "outputs/output_file.hpp"
 #include "outputs/sinks.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "outputs/report_json.hpp"
+#include "util/file.hpp"
 
 #include <algorithm>
 #include <cinttypes>
@@ -24,8 +25,8 @@ class prometheus_sink final : public sink {
       : path_(std::move(path)), interval_ns_(interval_ns), report_(report), pid_(std::to_string(::getpid())) {}
 
   bool open(std::string* error) {
-    std::string failure = write_file_atomically(path_, "");
-    if (!failure.empty()) {
+    std::string failure;
+    if (!write_file_atomically(path_, "", &failure)) {
       *error = "prometheus_file: " + failure;
       return false;
     }
@@ -134,8 +135,7 @@ class prometheus_sink final : public sink {
     sample("gpuguard_misuse_total", "kind", "wrong_size", snap.misuse.wrong_size);
     sample("gpuguard_misuse_total", "kind", "wrong_device", snap.misuse.wrong_device);
 
-    const std::string failure = write_file_atomically(path_, text_);
-    if (!failure.empty()) {
+    if (std::string failure; !write_file_atomically(path_, text_, &failure)) {
       failed_ = true;
       report_("prometheus_file: " + failure + "; this output is off from now on");
     }

@@ -1,6 +1,6 @@
 #include "outputs/report_json.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 
 #include <charconv>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // (text_log). Its line format is in docs/formats.md.
 #include "outputs/output_file.hpp"
 #include "outputs/sinks.hpp"
-#include "format.hpp"
+#include "util/format.hpp"
 
 #include <cinttypes>
 #include <cstdio>

@@ -3,7 +3,7 @@
 #include "outputs/output_file.hpp"
 #include "outputs/sinks.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "ledger/stacks.hpp"
 #include "outputs/report_json.hpp"
 #include "util/program_path.hpp"

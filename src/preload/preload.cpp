@@ -12,6 +12,9 @@
 //     supervisor writes one line per process that used CUDA.
 #include "preload.hpp"
 
+#include "util/format.hpp"
+#include "util/program_path.hpp"
+
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/tracking.hpp>
@@ -309,24 +312,10 @@ std::vector<device_figures> gather() {
   return all;
 }
 
-// `text` as a JSON string (the core's writers are internal to libgpuguard): quotes and
-// backslashes escaped, control bytes dropped.
-std::string json_quoted(std::string_view text) {
-  std::string out = "\"";
-  for (const char ch : text) {
-    if (ch == '"' || ch == '\\') { out += '\\'; }
-    if (static_cast<unsigned char>(ch) >= 0x20) { out += ch; }
-  }
-  return out + '"';
-}
-
 std::string figures_json(const std::vector<device_figures>& devices, bool at_exit, const leak_report* leaks,
                          int exit_status) {
   std::string out = "{\"schema\":\"gpuguard.track\",\"version\":1,\"pid\":" + std::to_string(::getpid());
-  std::array<char, 4096> path{};
-  const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size() - 1);
-  const std::string program = n > 0 ? std::string(path.data(), static_cast<std::size_t>(n)) : std::string();
-  out += ",\"program\":" + json_quoted(program);
+  out += ",\"program\":" + detail::json_string(detail::program_path());
   out += ",\"at_exit\":" + std::string(at_exit ? "true" : "false");
   if (at_exit) { out += ",\"exit_status\":" + std::to_string(exit_status); }
   out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
@@ -341,7 +330,7 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   bool first_holder_entry = true;
   for (const auto& [name, figures] : snapshot(false).tags) {
     if (name.empty() || !is_exit_holder(intern_tag(name))) { continue; }
-    out += std::string(first_holder_entry ? "" : ",") + "{\"holder\":" + json_quoted(name) +
+    out += std::string(first_holder_entry ? "" : ",") + "{\"holder\":" + detail::json_string(name) +
            ",\"live_bytes\":" + std::to_string(figures.current_bytes) + "}";
     first_holder_entry = false;
   }

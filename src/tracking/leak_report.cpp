@@ -7,7 +7,8 @@
 
 #include "ledger/stacks.hpp"
 #include "outputs/report_json.hpp"
-#include "format.hpp"
+#include "util/file.hpp"
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <array>
@@ -241,10 +242,7 @@ bool write_leak_json(const std::string& path, const leak_report& report, std::st
   json += ",\"misuse\":";
   detail::append_misuse(json, report.misuse);
   json += "}\n";
-  std::string failure = detail::write_file_atomically(path, json);
-  if (failure.empty()) { return true; }
-  if (error != nullptr) { *error = std::move(failure); }
-  return false;
+  return detail::write_file_atomically(path, json, error);
 }
 
 }  // namespace gpuguard

@@ -8,7 +8,8 @@
 #include "process/proc.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
-#include "format.hpp"
+#include "util/file.hpp"
+#include "util/format.hpp"
 #include "process/end.hpp"
 
 #include <algorithm>
@@ -591,8 +592,7 @@ int doctor_main(int argc, char** argv) {
       return exit_error;
     }
     if (!o.prometheus.empty()) {
-      const std::string why = gpuguard::detail::write_file_atomically(o.prometheus, render_prometheus(s, unix_time_s()));
-      if (!why.empty()) {
+      if (std::string why; !gpuguard::detail::write_file_atomically(o.prometheus, render_prometheus(s, unix_time_s()), &why)) {
         std::fprintf(stderr, "gpuguard doctor: --prometheus: %s\n", why.c_str());
         return exit_error;
       }

@@ -2,7 +2,7 @@
 // the process layer ends them (process/end.hpp), as it ends `gpuguard run`'s leftovers.
 #include "doctor/doctor_reap.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "process/end.hpp"
 #include "process/proc.hpp"
 

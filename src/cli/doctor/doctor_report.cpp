@@ -1,7 +1,7 @@
 // Renderings of a `gpuguard doctor` sample (see doctor_report.hpp).
 #include "doctor/doctor_report.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "json.hpp"
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "format.hpp"
+#include "util/file.hpp"
+#include "util/format.hpp"
 #include "report/report_html.hpp"
 #include "report/report_log.hpp"
 
@@ -267,7 +268,7 @@ int report_main(int argc, char** argv) {
       std::fprintf(stderr, "gpuguard report: cannot write to standard output: %s\n", std::strerror(errno));
       return 1;
     }
-  } else if (const std::string error = detail::write_file_atomically(output, page); !error.empty()) {
+  } else if (std::string error; !detail::write_file_atomically(output, page, &error)) {
     std::fprintf(stderr, "gpuguard report: %s\n", error.c_str());
     return 1;
   }

@@ -1,6 +1,6 @@
 #include "report/report_log.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "json.hpp"
 
 #include <algorithm>

@@ -4,7 +4,9 @@
 // started; 2 for a usage error; 1 when the supervisor itself failed.
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "format.hpp"
+#include "util/file.hpp"
+#include "util/format.hpp"
+#include "util/program_path.hpp"
 #include "process/end.hpp"
 #include "run/run_report.hpp"
 #include "run/run_track.hpp"
@@ -117,13 +119,12 @@ std::string find_preload_library(std::string& looked) {
     looked = std::string("GPUGUARD_PRELOAD_LIBRARY=") + named;
     return readable_file(named) ? std::string(named) : std::string();
   }
-  char exe[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) {
+  const std::string exe = detail::program_path();
+  if (exe.empty()) {
     looked = "/proc/self/exe (unreadable)";
     return {};
   }
-  const std::string dir = directory_of(std::string(exe, static_cast<std::size_t>(n)));
+  const std::string dir = directory_of(exe);
   const char* name = "libgpuguard_preload.so";
   // Installed: bin/gpuguard and lib/ (or lib64/). Build tree: src/cli/gpuguard and src/preload/.
   const std::string candidates[] = {dir + "/../lib/" + name, dir + "/../lib64/" + name, dir + "/../preload/" + name};
@@ -334,8 +335,9 @@ int run_main(int argc, char** argv) {
     std::fputs(run_summary_line(config, outcome).c_str(), stderr);
   }
   if (!config.report_path.empty()) {
-    const std::string error = detail::write_file_atomically(config.report_path, run_report_json(config, outcome));
-    if (!error.empty()) { std::fprintf(stderr, "gpuguard run: cannot write the report: %s\n", error.c_str()); }
+    if (std::string error; !detail::write_file_atomically(config.report_path, run_report_json(config, outcome), &error)) {
+      std::fprintf(stderr, "gpuguard run: cannot write the report: %s\n", error.c_str());
+    }
   }
   return outcome.exit_status;
 }

@@ -2,7 +2,7 @@
 // format.hpp, as every other output of gpuguard does; the report is written with nlohmann::json.
 #include "run/run_report.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "json.hpp"
 
 #include <cmath>

@@ -4,6 +4,7 @@
 #include "run/run_supervisor.hpp"
 
 #include "process/end.hpp"
+#include "util/file.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -395,13 +396,7 @@ constexpr std::int32_t report_exec = 2;
 }
 
 void write_stderr(const std::string& line) noexcept {
-  std::size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) { continue; }
-    if (n <= 0) { return; }
-    done += static_cast<std::size_t>(n);
-  }
+  static_cast<void>(gpuguard::detail::write_all(STDERR_FILENO, line.data(), line.size()));
 }
 
 // The anchor: parent of CMD, child subreaper, the supervisor's dead man's switch.

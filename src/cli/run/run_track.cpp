@@ -2,7 +2,7 @@
 // exit (schema gpuguard.track, src/preload/preload.cpp); this reads them after the job.
 #include "run/run_track.hpp"
 
-#include "format.hpp"
+#include "util/format.hpp"
 #include "json.hpp"
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // its module through the record's executable mappings, and each module's addresses go to
 // addr2line in one call.
 #include "commands.hpp"
-#include "format.hpp"
+#include "util/format.hpp"
 #include "json.hpp"
 #include "symbolize/symbolize.hpp"
 

@@ -1,4 +1,4 @@
-#include "format.hpp"
+#include "util/format.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -159,33 +159,5 @@ void append_prometheus_label_value(std::string& out, std::string_view value) {
   }
 }
 
-std::string write_file_atomically(const std::string& path, std::string_view data) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) { return "cannot create '" + temp + "': " + std::strerror(errno); }
-  std::size_t written = 0;
-  while (written < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n < 0 && errno == EINTR) { continue; }
-    if (n <= 0) {
-      std::string message = "cannot write '" + temp + "': " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return message;
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    std::string message = "cannot close '" + temp + "': " + std::strerror(errno);
-    ::unlink(temp.c_str());
-    return message;
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::string message = "cannot rename '" + temp + "' to '" + path + "': " + std::strerror(errno);
-    ::unlink(temp.c_str());
-    return message;
-  }
-  return {};
-}
 
 }  // namespace gpuguard::detail

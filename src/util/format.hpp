@@ -36,8 +36,4 @@ bool parse_hex(std::string_view text, std::uint64_t& out);
 void append_prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 void append_prometheus_label_value(std::string& out, std::string_view value);
 
-/// Writes `data` to `path` through a temporary file in the same directory and a rename, so readers
-/// never see half a file. Returns "" on success, else a message naming the path and the error.
-std::string write_file_atomically(const std::string& path, std::string_view data);
-
 }  // namespace gpuguard::detail
