@@ -46,8 +46,10 @@ fi
 . "$root/scripts/env.sh"
 if [ ! -x "$build/benchmarks/evidence_job" ] || [ ! -x "$build/src/cli/gpuguard" ]; then
   echo "evidence-runner: building the CLI and evidence_job in $build"
+  prefix=()  # the CLI's header-only libraries, where scripts/gpu-deps.sh carried them
+  if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGPUGUARD_WITH_TORCH=ON >"$state/configure.log" 2>&1 || { tail -30 "$state/configure.log"; exit 1; }
+    -DGPUGUARD_WITH_TORCH=ON "${prefix[@]}" >"$state/configure.log" 2>&1 || { tail -30 "$state/configure.log"; exit 1; }
   cmake --build "$build" -j "$(nproc)" --target evidence_job gpuguard_cli >"$state/build.log" 2>&1 ||
     { tail -30 "$state/build.log"; exit 1; }
   echo "evidence-runner: built in $((SECONDS - start)) s"

@@ -85,8 +85,11 @@ step() {  # step NAME COMMAND...: runs COMMAND, logs to $out/logs/NAME.log, reco
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
+# The CLI's header-only libraries, carried by scripts/gpu-deps.sh where the machine cannot install them.
+prefix=()
+if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
 step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUGUARD_TSAN_TESTS=OFF
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUGUARD_TSAN_TESTS=OFF "${prefix[@]}"
 if [ "$all" -eq 1 ]; then
   step build cmake --build "$build" -j "$jobs"
 else

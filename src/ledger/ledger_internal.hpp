@@ -65,7 +65,7 @@ std::int64_t now_ns() noexcept;
 std::int64_t clock_ticks_to_ns(std::int64_t ticks) noexcept;
 std::int64_t clock_start_unix_ns() noexcept;
 
-/// Refines the scale of the fast clock (see ledger.cpp); the outputs' writer calls it now and then.
+/// Refines the scale of the fast clock (see clock.hpp); the outputs' writer calls it now and then.
 void refine_clock() noexcept;
 
 /// "tsc" or "steady_clock": what now_ns() reads on this machine.

@@ -32,7 +32,7 @@ class jsonl_sink final : public sink {
 
   bool open(const std::string& path, std::string* error) {
     if (!file_.open(path, false, error)) { return false; }
-    set_event_log_fd(file_.fd());  // a crash ends the log with its own line (hooks.cpp)
+    set_event_log_fd(file_.fd());  // a crash ends the log with its own line (exit/hooks.cpp)
     std::string& out = begin("start", 0);
     out += ",\"schema\":\"gpuguard.events\",\"pid\":";
     append_int(out, ::getpid());

@@ -1,4 +1,4 @@
-// A seeded mutation fuzzer for the GPUGUARD_OPTIONS parser (src/options.cpp), for ctest: it starts
+// A seeded mutation fuzzer for the GPUGUARD_OPTIONS parser (src/options/options.cpp), for ctest: it starts
 // from the corpus (tests/fuzz/options_corpus), mutates bytes, items, keys and values, and checks on
 // every input what docs/options.md promises: no exception but std::bad_alloc, each message one
 // printable line naming the key or item, at most one message per item, the same result twice, every

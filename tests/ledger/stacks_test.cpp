@@ -1,4 +1,4 @@
-// The capture cache of allocation-site stacks (src/stacks.cpp): a capture it answers must give the
+// The capture cache of allocation-site stacks (src/ledger/stacks.cpp): a capture it answers must give the
 // frames an unwind gives, and a different chain of calls at the same stack address must not get
 // the cached frames.
 #include "ledger/stacks.hpp"
