@@ -419,6 +419,14 @@ bad = subprocess.run([CLI, "symbolize"], capture_output=True, text=True)
 check(bad.returncode == 2 and "usage:" in bad.stderr, "symbolize: no file is a usage error", bad.stderr)
 bad = subprocess.run([CLI, "symbolize", "--frobnicate", "x"], capture_output=True, text=True)
 check(bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr, "symbolize: unknown option", bad.stderr)
+bad = subprocess.run([CLI, "symbolize", "a.json", "b.json"], capture_output=True, text=True)
+check(bad.returncode == 2 and "unexpected argument 'b.json'" in bad.stderr and len(bad.stderr.splitlines()) == 1,
+      "symbolize: one crash file at a time", bad.stderr)
+bad = subprocess.run([CLI, "symbolize", "a.json", "--addr2line"], capture_output=True, text=True)
+check(bad.returncode == 2 and "'--addr2line' needs a value" in bad.stderr, "symbolize: --addr2line needs a path", bad.stderr)
+helped = subprocess.run([CLI, "symbolize", "--help"], capture_output=True, text=True)
+check(helped.returncode == 0 and helped.stdout.startswith("usage: gpuguard symbolize CRASH_FILE") and "--addr2line" in helped.stdout
+      and "exit status" in helped.stdout, "symbolize --help: usage, options, exit status", helped.stdout)
 
 # Found by cli.symbolize_fuzz and while factoring its reader out: a mapping path holding a NUL cut
 # the addr2line command short (sh then complained on stderr), a field holding a newline split a

@@ -3,14 +3,15 @@
 // uses, classifies every holder (running, stopped, zombie, uninterruptible, orphaned, not visible
 // in this PID namespace), shows the residue no visible process accounts for, optionally watches it
 // over time, and with --reap ends orphaned holders through pidfds. See docs/doctor.md.
+#include "command_line.hpp"
 #include "commands.hpp"
-#include "process/nvml.hpp"
-#include "process/proc.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
+#include "process/end.hpp"
+#include "process/nvml.hpp"
+#include "process/proc.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
-#include "process/end.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -37,11 +38,12 @@ namespace {
 
 using namespace doctor;
 
-constexpr const char* help_text =
+constexpr const char* usage_line =
     "usage: gpuguard doctor [--json] [--watch SECONDS [--count N]] [--reap [--grace SECONDS]]\n"
     "                       [--pid PID[:START_TIME]]... [--device-prefix PATH] [--no-nvml]\n"
-    "                       [--prometheus FILE]\n"
-    "\n"
+    "                       [--prometheus FILE]";
+
+constexpr const char* description =
     "Finds the processes that hold GPU memory, and says why they still do. Memory that 'stays after\n"
     "the job died' is held by a process that is still alive: a worker reparented to PID 1, a stopped\n"
     "job, a process stuck in the driver, or one in another PID namespace.\n"
@@ -59,33 +61,18 @@ constexpr const char* help_text =
     "  not_visible      NVML lists the PID but it has no process here: a host PID seen from a\n"
     "                   container (or a PID that here names a process holding no device file)\n"
     "Per device it shows used memory, what processes account for, and the residue: used memory no\n"
-    "process visible here accounts for.\n"
-    "\n"
-    "options:\n"
-    "  --json                 one JSON document per sample, on one line (schema gpuguard.doctor,\n"
-    "                         version 1: docs/doctor.md, docs/schemas/doctor-v1.schema.json)\n"
-    "  --watch SECONDS        sample again every SECONDS (decimals allowed) and say whether the\n"
-    "                         residue shrinks, grows or stays; until interrupted, or --count\n"
-    "  --count N              with --watch: stop after N samples\n"
-    "  --reap                 end the holders classified orphaned (or, with --pid, the named ones\n"
-    "                         that hold a device): SIGTERM (and SIGCONT if stopped), then SIGKILL\n"
-    "                         after the grace period. Signals go through pidfds after the start\n"
-    "                         time is checked again, so a reused PID is never hit. Never resets a\n"
-    "                         GPU. With --watch, it reaps after the first sample only\n"
-    "  --grace SECONDS        how long --reap waits after SIGTERM before SIGKILL (default 5;\n"
-    "                         decimals allowed, e.g. 0.5; 0 to 86400, as for gpuguard run)\n"
-    "  --pid PID[:START_TIME] report only these processes (repeatable), whether or not they hold a\n"
-    "                         device; with --reap, end them whatever their class. START_TIME\n"
-    "                         (field 22 of /proc/PID/stat, 'start_time' in the JSON) pins the\n"
-    "                         identity: a PID now naming another process is not signalled\n"
-    "  --device-prefix PATH   the device path prefix (default: $GPUGUARD_DEVICE_PREFIX, else\n"
-    "                         /dev/nvidia); a file matches when its path starts with PATH\n"
-    "  --no-nvml              do not load NVML\n"
-    "  --prometheus FILE      also write each sample's holders, orphans, per-device memory and\n"
-    "                         residue as Prometheus gauges (gpuguard_doctor_*) to FILE, through a\n"
-    "                         temporary file in its directory and a rename (node_exporter's\n"
-    "                         textfile collector: FILE ends in .prom)\n"
-    "  -h, --help             this help\n"
+    "process visible here accounts for.";
+
+constexpr const char* footer =
+    "--reap ends the holders classified orphaned (or, with --pid, the named ones that hold a\n"
+    "device): SIGTERM (and SIGCONT if stopped), then SIGKILL after the grace period. Signals go\n"
+    "through pidfds after the start time is checked again, so a reused PID is never hit. It never\n"
+    "resets a GPU. With --watch, it reaps after the first sample only.\n"
+    "--pid PID[:START_TIME] reports only these processes, whether or not they hold a device; with\n"
+    "--reap, ends them whatever their class. START_TIME (field 22 of /proc/PID/stat, 'start_time' in\n"
+    "the JSON) pins the identity: a PID now naming another process is not signalled.\n"
+    "--prometheus writes through a temporary file in FILE's directory and a rename (node_exporter's\n"
+    "textfile collector: FILE ends in .prom).\n"
     "\n"
     "environment:\n"
     "  GPUGUARD_DEVICE_PREFIX  default for --device-prefix\n"
@@ -101,10 +88,9 @@ constexpr const char* help_text =
     "  3  the doctor could not do its job: /proc unreadable, or --reap could not end a target\n"
     "     (a signal failed, a process survived SIGKILL)\n";
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "gpuguard doctor: %s (see 'gpuguard doctor --help')\n", message.c_str());
-  return exit_usage;
-}
+constexpr usage_words words{"doctor", true, true};
+
+int usage_error(const std::string& message) { return cli::usage_error(words, message); }
 
 struct named_pid {
   int pid = 0;
@@ -154,103 +140,88 @@ bool parse_unsigned(const std::string& text, T& out, T max) {
 
 // Parses argv into `o`; returns -1 to go on, or the exit status to return now.
 int parse_args(int argc, char** argv, options& o) {
-  bool have_prefix = false;
-  bool have_grace = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i] != nullptr ? argv[i] : "";
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(help_text, stdout);
-      return 0;
+  CLI::App app(description, "gpuguard doctor");
+  app.formatter(std::make_shared<usage_formatter>(usage_line));
+  app.set_help_flag("-h,--help", "this help");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+  std::string watch;
+  std::string count;
+  std::string grace;
+  std::vector<std::string> pids;
+  std::string prefix;
+  app.add_flag("--json", o.json, "one JSON document per sample, on one line (schema gpuguard.doctor, version 1: "
+                                 "docs/doctor.md)")->disable_flag_override();
+  const CLI::Option* watch_given = app.add_option("--watch", watch, "sample again every SECONDS (decimals allowed) and say "
+                                                  "whether the residue shrinks, grows or stays; until interrupted, or --count")
+                                       ->type_name("SECONDS");
+  const CLI::Option* count_given = app.add_option("--count", count, "with --watch: stop after N samples")->type_name("N");
+  app.add_flag("--reap", o.reap, "end the holders classified orphaned (see below)")->disable_flag_override();
+  const CLI::Option* grace_given = app.add_option("--grace", grace, "how long --reap waits after SIGTERM before SIGKILL "
+                                                  "(default 5; decimals allowed; 0 to 86400)")->type_name("SECONDS");
+  app.add_option("--pid", pids, "report only these processes (repeatable; see below)")
+      ->type_name("PID[:START_TIME]")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  const CLI::Option* prefix_given = app.add_option("--device-prefix", prefix, "the device path prefix (default: "
+                                                   "$GPUGUARD_DEVICE_PREFIX, else /dev/nvidia)")->type_name("PATH");
+  app.add_flag("--no-nvml", o.no_nvml, "do not load NVML")->disable_flag_override();
+  const CLI::Option* prometheus_given = app.add_option("--prometheus", o.prometheus, "also write each sample as Prometheus "
+                                                       "gauges (gpuguard_doctor_*) to FILE")->type_name("FILE");
+  app.footer(footer);
+  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+
+  if (watch_given->count() > 0) {
+    double v = 0;
+    if (!parse_seconds(watch, v, 0.01, 86400.0)) {
+      return usage_error("option '--watch' needs seconds between 0.01 and 86400, got '" + watch + "'");
     }
-    if (arg == "--json") {
-      o.json = true;
-      continue;
+    o.watch_s = v;
+  }
+  if (count_given->count() > 0) {
+    int v = 0;
+    if (!parse_unsigned(count, v, 1000000000) || v < 1) {
+      return usage_error("option '--count' needs a whole number of samples >= 1, got '" + count + "'");
     }
-    if (arg == "--reap") {
-      o.reap = true;
-      continue;
+    o.count = v;
+  }
+  const bool have_grace = grace_given->count() > 0;
+  if (have_grace) {
+    const std::optional<std::int64_t> ms = gpuguard::detail::parse_grace_ms(grace);
+    if (!ms) {
+      return usage_error("option '--grace' needs seconds, e.g. 5 or 0.5, from 0 to 86400, got '" + grace + "'");
     }
-    if (arg == "--no-nvml") {
-      o.no_nvml = true;
-      continue;
+    o.grace_s = static_cast<double>(*ms) / 1000.0;
+  }
+  for (const std::string& value : pids) {
+    named_pid p;
+    const std::size_t colon = value.find(':');
+    const std::string pid_text = value.substr(0, colon);
+    if (!parse_unsigned(pid_text, p.pid, 0x3fffffff) || p.pid < 1) {
+      return usage_error("option '--pid' needs a process ID >= 1 (optionally PID:START_TIME), got '" + value + "'");
     }
-    std::string name = arg;
-    std::string value;
-    bool inline_value = false;
-    if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
+    if (colon != std::string::npos) {
+      std::uint64_t start = 0;
+      if (!parse_unsigned(value.substr(colon + 1), start, UINT64_MAX)) {
+        return usage_error("option '--pid': START_TIME in '" + value +
+                           "' must be a whole number (field 22 of /proc/PID/stat)");
+      }
+      p.start_time = start;
     }
-    const bool takes_value =
-        name == "--watch" || name == "--count" || name == "--grace" || name == "--pid" || name == "--device-prefix" ||
-        name == "--prometheus";
-    if (!takes_value) {
-      if (inline_value && (name == "--json" || name == "--reap" || name == "--no-nvml")) {
-        return usage_error("option '" + name + "' takes no value");
-      }
-      if (!arg.empty() && arg[0] == '-') { return usage_error("unknown option '" + arg + "'"); }
-      return usage_error("unexpected argument '" + arg + "' (doctor takes options only)");
+    const bool duplicate =
+        std::any_of(o.pids.begin(), o.pids.end(), [&p](const named_pid& q) { return q.pid == p.pid; });
+    if (duplicate) { return usage_error("option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
+    o.pids.push_back(p);
+  }
+  if (prometheus_given->count() > 0 && (o.prometheus.empty() || o.prometheus.back() == '/')) {
+    return usage_error("option '--prometheus' needs a file name, got '" + o.prometheus + "'");
+  }
+  const bool have_prefix = prefix_given->count() > 0;
+  if (have_prefix) {
+    if (prefix.empty() || prefix[0] != '/') {
+      return usage_error("option '--device-prefix' needs an absolute path prefix, got '" + prefix + "'");
     }
-    if (!inline_value) {
-      if (i + 1 >= argc) { return usage_error("option '" + name + "' needs a value"); }
-      value = argv[++i] != nullptr ? argv[i] : "";
-    }
-    if (name == "--watch") {
-      double v = 0;
-      if (o.watch_s) { return usage_error("option '--watch' given twice"); }
-      if (!parse_seconds(value, v, 0.01, 86400.0)) {
-        return usage_error("option '--watch' needs seconds between 0.01 and 86400, got '" + value + "'");
-      }
-      o.watch_s = v;
-    } else if (name == "--count") {
-      int v = 0;
-      if (o.count) { return usage_error("option '--count' given twice"); }
-      if (!parse_unsigned(value, v, 1000000000) || v < 1) {
-        return usage_error("option '--count' needs a whole number of samples >= 1, got '" + value + "'");
-      }
-      o.count = v;
-    } else if (name == "--grace") {
-      if (have_grace) { return usage_error("option '--grace' given twice"); }
-      const std::optional<std::int64_t> ms = gpuguard::detail::parse_grace_ms(value);
-      if (!ms) {
-        return usage_error("option '--grace' needs seconds, e.g. 5 or 0.5, from 0 to 86400, got '" + value + "'");
-      }
-      o.grace_s = static_cast<double>(*ms) / 1000.0;
-      have_grace = true;
-    } else if (name == "--pid") {
-      named_pid p;
-      const std::size_t colon = value.find(':');
-      const std::string pid_text = value.substr(0, colon);
-      if (!parse_unsigned(pid_text, p.pid, 0x3fffffff) || p.pid < 1) {
-        return usage_error("option '--pid' needs a process ID >= 1 (optionally PID:START_TIME), got '" + value + "'");
-      }
-      if (colon != std::string::npos) {
-        std::uint64_t start = 0;
-        if (!parse_unsigned(value.substr(colon + 1), start, UINT64_MAX)) {
-          return usage_error("option '--pid': START_TIME in '" + value +
-                             "' must be a whole number (field 22 of /proc/PID/stat)");
-        }
-        p.start_time = start;
-      }
-      const bool duplicate =
-          std::any_of(o.pids.begin(), o.pids.end(), [&p](const named_pid& q) { return q.pid == p.pid; });
-      if (duplicate) { return usage_error("option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
-      o.pids.push_back(p);
-    } else if (name == "--prometheus") {
-      if (!o.prometheus.empty()) { return usage_error("option '--prometheus' given twice"); }
-      if (value.empty() || value.back() == '/') {
-        return usage_error("option '--prometheus' needs a file name, got '" + value + "'");
-      }
-      o.prometheus = value;
-    } else {  // --device-prefix
-      if (have_prefix) { return usage_error("option '--device-prefix' given twice"); }
-      if (value.empty() || value[0] != '/') {
-        return usage_error("option '--device-prefix' needs an absolute path prefix, got '" + value + "'");
-      }
-      o.prefix = value;
-      have_prefix = true;
-    }
+    o.prefix = prefix;
   }
   if (o.count && !o.watch_s) { return usage_error("option '--count' needs --watch"); }
   if (have_grace && !o.reap) { return usage_error("option '--grace' needs --reap"); }

@@ -2,10 +2,12 @@
 // functions and source lines, afterwards and outside the crashed process. Each frame is mapped to
 // its module through the record's executable mappings, and each module's addresses go to
 // addr2line in one call.
-#include "commands.hpp"
-#include "util/format.hpp"
-#include "json.hpp"
 #include "symbolize/symbolize.hpp"
+
+#include "command_line.hpp"
+#include "commands.hpp"
+#include "json.hpp"
+#include "util/format.hpp"
 
 #include <cerrno>
 #include <cinttypes>
@@ -23,18 +25,17 @@ namespace gpuguard::cli {
 
 namespace {
 
-constexpr const char* usage =
-    "usage: gpuguard symbolize CRASH_FILE [--addr2line PATH]\n"
-    "\n"
+constexpr const char* usage_line = "usage: gpuguard symbolize CRASH_FILE [--addr2line PATH]";
+
+constexpr const char* description =
     "Resolves the frames of a gpuguard crash record (crash_file=..., schema gpuguard.crash) to\n"
     "functions and source lines, using the executable mappings the record carries and addr2line\n"
-    "(binutils). Run it on the machine that crashed, before the binaries change.\n"
-    "\n"
-    "options:\n"
-    "  --addr2line PATH   the addr2line to run (default: addr2line on PATH)\n"
-    "  -h, --help         this text\n"
-    "\n"
+    "(binutils). Run it on the machine that crashed, before the binaries change.";
+
+constexpr const char* footer =
     "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n";
+
+constexpr usage_words words{"symbolize", true, true};
 
 using detail::parse_hex;
 
@@ -240,32 +241,15 @@ std::string format_crash_record(const crash_record& record) {
 int symbolize_main(int argc, char** argv) {
   std::string path;
   std::string addr2line = "addr2line";
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    if (arg == "--addr2line") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gpuguard symbolize: --addr2line needs a path\n");
-        return 2;
-      }
-      addr2line = argv[++i];
-    } else if (!arg.empty() && arg[0] == '-') {
-      std::fprintf(stderr, "gpuguard symbolize: unknown option '%s' (see --help)\n", argv[i]);
-      return 2;
-    } else if (path.empty()) {
-      path = arg;
-    } else {
-      std::fprintf(stderr, "gpuguard symbolize: one crash file at a time; extra argument '%s'\n", argv[i]);
-      return 2;
-    }
-  }
-  if (path.empty()) {
-    std::fputs(usage, stderr);
-    return 2;
-  }
+  CLI::App app(description, "gpuguard symbolize");
+  app.formatter(std::make_shared<usage_formatter>(usage_line));
+  app.set_help_flag("-h,--help", "this help");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+  app.add_option("CRASH_FILE", path, "the crash record (crash_file=... of GPUGUARD_OPTIONS)")->type_name("");
+  app.add_option("--addr2line", addr2line, "the addr2line to run (default: addr2line on PATH)")->type_name("PATH");
+  app.footer(footer);
+  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  if (path.empty()) { return usage_error(words, std::string("no crash file given (") + usage_line + ")"); }
   std::ifstream in(path);
   if (!in) {
     std::fprintf(stderr, "gpuguard symbolize: cannot read '%s': %s\n", path.c_str(), std::strerror(errno));
