@@ -79,7 +79,7 @@ end_result end_processes(const end_plan& plan) {
       }
       const std::size_t index = it->second;
       ended_process& e = result.processes[index];
-      int error = 0;
+      std::string error;
       if (!killing && !term_tried[index]) {
         term_tried[index] = true;
         e.first_signal = send_checked_signal(p.pid, p.start_time, SIGTERM, &error);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct ended_process {
   bool sent_sigkill = false;
   bool ended = false;                ///< gone (or a zombie) by the end
   std::int64_t ended_after_ns = -1;  ///< from the start, when seen gone
-  int signal_error = 0;              ///< errno of a signal that could not be sent (EPERM)
+  std::string signal_error;          ///< why a signal could not be sent ("Operation not permitted"); "" if none failed
 };
 
 /// What end_processes needs from its caller.

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include <csignal>
 #include <sys/syscall.h>
@@ -75,13 +76,10 @@ const std::string& pidfd_unavailable_reason() {
   return reason;
 }
 
-signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal, int* error,
+signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal, std::string* error,
                                   const std::string& proc_root) {
-  int ignored = 0;
-  int& err = error != nullptr ? *error : ignored;
-  err = 0;
   if (pid <= 0) {
-    err = EINVAL;
+    if (error != nullptr) { *error = "no such process ID: " + std::to_string(pid); }
     return signal_result::failed;
   }
   const int fd = pidfd_open(pid);
@@ -94,11 +92,9 @@ signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal,
   // signal.hpp), kill(2) follows the check at once.
   const int rc = fd >= 0 ? pidfd_send_signal(fd, signal) : ::kill(pid, signal);
   if (rc == 0) { return signal_result::sent; }
-  err = errno;
-  if (err == ESRCH) {
-    err = 0;
-    return signal_result::gone;
-  }
+  const int err = errno;
+  if (err == ESRCH) { return signal_result::gone; }
+  if (error != nullptr) { *error = std::strerror(err); }
   return signal_result::failed;
 }
 

@@ -26,15 +26,16 @@ enum class signal_result {
   sent,      ///< delivered to the process that was meant
   gone,      ///< the process had exited (or is a zombie's PID no longer readable)
   reused,    ///< the PID now names another process (a different start time): not signalled
-  failed,    ///< the signal could not be sent; `error` says why (EPERM: another user's process)
+  failed,    ///< the signal could not be sent; `*error` says why (EPERM: another user's process)
 };
 
 /// Sends `signal` (0 to probe) to the process `pid` that started at `start_time` (field 22 of
 /// /proc/PID/stat as read under `proc_root`). Opens a pidfd first, then reads the start time:
 /// while the pidfd is open and the process alive, the PID names nobody else, so the start time
-/// read is the pidfd's process's. Without pidfds, see the policy above. `*error` gets the errno
-/// of a failure (0 otherwise). Never throws but std::bad_alloc.
-signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal, int* error = nullptr,
+/// read is the pidfd's process's. Without pidfds, see the policy above. On `failed`, `*error` (when
+/// not null) says why ("Operation not permitted"); it is left alone otherwise. Never throws but
+/// std::bad_alloc.
+signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal, std::string* error = nullptr,
                                   const std::string& proc_root = "/proc");
 
 }  // namespace gpuguard::detail

@@ -84,10 +84,10 @@ std::vector<reap_outcome> reap(const std::vector<reap_target>& targets, const st
     } else if (e->first_signal == detail::signal_result::reused) {
       out.action = "refused";
       out.detail = who + " now names another process: the PID was reused; not signalled";
-    } else if (e->signal_error != 0) {
+    } else if (!e->signal_error.empty()) {
       out.action = "failed";
       out.detail = std::string(e->sent_sigterm ? "SIGKILL" : "SIGTERM") + " to " + who +
-                   " failed: " + std::strerror(e->signal_error);
+                   " failed: " + e->signal_error;
     } else if (e->ended && !e->sent_sigkill) {
       out.action = "terminated";
       out.detail = "ended after SIGTERM (within " + seconds_text(after) + ")";

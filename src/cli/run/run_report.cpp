@@ -156,7 +156,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       for (std::size_t i = 0; i < survivors.size() && i < max_named; ++i) {
         const leftover& l = *survivors[i];
         line += (i == 0 ? "" : ", ") + std::to_string(l.process.pid) + " " + l.process.comm;
-        if (l.signal_error != 0) { line += ": " + std::string(std::strerror(l.signal_error)); }
+        if (!l.signal_error.empty()) { line += ": " + l.signal_error; }
       }
       line += ")";
     }
@@ -239,7 +239,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                          {"sigkill", l.sent_sigkill},
                          {"ended", l.ended},
                          {"ended_after_s", l.ended && l.ended_after_ns >= 0 ? seconds(l.ended_after_ns) : json(nullptr)},
-                         {"signal_error", l.signal_error != 0 ? json(std::strerror(l.signal_error)) : json(nullptr)}});
+                         {"signal_error", !l.signal_error.empty() ? json(l.signal_error) : json(nullptr)}});
   }
   doc["teardown"] = {{"duration_s", seconds(t.duration_ns)},
                      {"cut_short_by", t.cut_short ? json(signal_name(t.cut_short_by)) : json(nullptr)},

@@ -84,7 +84,7 @@ struct leftover {
   bool sent_sigkill = false;
   bool ended = false;       // gone (or a zombie) by the end
   std::int64_t ended_after_ns = -1;  // from the start of the teardown, when seen gone
-  int signal_error = 0;     // errno of a signal that could not be sent (EPERM)
+  std::string signal_error;  // why a signal could not be sent ("Operation not permitted"); "" if none failed
 };
 
 /// How the leftovers were ended.
