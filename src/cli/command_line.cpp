@@ -16,7 +16,7 @@ std::string spelling(const CLI::App& app, const std::string& name, const std::ve
   const CLI::Option* option = app.get_option_no_throw(name);
   if (option == nullptr) { return name; }
   for (auto arg = args.rbegin(); arg != args.rend(); ++arg) {
-    const std::string bare = arg->substr(0, arg->find('='));
+    std::string bare = arg->substr(0, arg->find('='));
     if (bare.size() > 1 && bare[0] == '-' && option->check_name(bare)) { return bare; }
   }
   return name;

@@ -9,7 +9,7 @@
 
 namespace gpuguard::detail {
 
-const clock_origin& origin() noexcept {
+const clock_origin& origin() {
   static const auto* start = new clock_origin();  // lives through exit, like the ledger
   return *start;
 }
@@ -37,7 +37,7 @@ tsc_clock::tsc_clock() noexcept {
 #endif
 }
 
-tsc_clock& fast_clock() noexcept {
+tsc_clock& fast_clock() {
   static auto* clock = new tsc_clock();  // NOLINT(cppcoreguidelines-owning-memory): lives through exit
   return *clock;
 }

@@ -22,7 +22,7 @@ struct clock_origin {
   std::chrono::steady_clock::time_point steady = std::chrono::steady_clock::now();
   std::chrono::system_clock::time_point wall = std::chrono::system_clock::now();
 };
-const clock_origin& origin() noexcept;
+const clock_origin& origin();
 
 struct tsc_clock {
   bool usable = false;
@@ -35,7 +35,7 @@ struct tsc_clock {
 };
 
 /// The process's one TSC clock, measured on first use; lives through exit, like the ledger.
-tsc_clock& fast_clock() noexcept;
+tsc_clock& fast_clock();
 
 /// The clock's raw reading: TSC ticks where the TSC is used, else steady_clock nanoseconds since
 /// the origin. The live table keeps raw readings (the conversion's multiply is left to the

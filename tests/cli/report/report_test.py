@@ -544,5 +544,5 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     GPUGUARD = os.path.abspath(sys.argv[1])
     ROOT = os.path.abspath(sys.argv[2])
-    DATA = os.path.join(ROOT, "tests", "cli", "testdata")
+    DATA = os.path.join(ROOT, "tests", "cli", "report", "testdata")
     unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[3:])

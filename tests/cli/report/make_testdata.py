@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/cli/testdata/good.jsonl: a plausible gpuguard.events v1 log of a training run that
+"""Writes tests/cli/report/testdata/good.jsonl: a plausible gpuguard.events v1 log of a training run that
 runs out of memory (docs/formats.md). Deterministic: run it again after changing it and commit the
 result. The other logs in testdata/ are written by hand.
 

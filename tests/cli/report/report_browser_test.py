@@ -391,7 +391,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     GPUGUARD = os.path.abspath(sys.argv[1])
-    DATA = os.path.join(os.path.abspath(sys.argv[2]), "tests", "cli", "testdata")
+    DATA = os.path.join(os.path.abspath(sys.argv[2]), "tests", "cli", "report", "testdata")
     CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
     if CHROMIUM is None:
         print("browser.report: chromium is not installed; scripts/deps.sh test installs it "

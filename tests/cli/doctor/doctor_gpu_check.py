@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`gpuguard doctor` on a real GPU, with real CUDA holders (ctest gpu.doctor, run by the GPU runner; CPU
-machines have tests/cli/doctor_test.py with fake devices and a fake NVML):
+machines have tests/cli/doctor/doctor_test.py with fake devices and a fake NVML):
 
   - a trainer started as its own job spawns a worker (multiprocessing, spawn) that holds 1 GiB;
     the trainer is kill -9ed: the worker must be classified orphaned, with NVML memory >= 1 GiB and
