@@ -1,5 +1,7 @@
 #include <gpuguard/options.hpp>
 
+#include "util/option_table.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -178,12 +180,7 @@ struct fraction_key {
   static std::string expected() { return "a decimal number in 0..1 (e.g. 0.8)"; }
 };
 
-struct key_entry {
-  std::string_view name;
-  bool (*set)(options&, std::string_view);
-  std::string (*expected)();
-  std::string_view help;
-};
+using key_entry = detail::option_key<options>;
 
 template <class Key>
 constexpr key_entry make_key(std::string_view name, std::string_view help) {
@@ -222,58 +219,6 @@ constexpr key_entry keys[] = {
     make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
 };
 
-// Keys and values come from the environment, so messages must stay one printable line.
-// The text in quotes, control and non-ASCII bytes escaped; past 80 bytes cut, with its length said,
-// so that a huge bad value gives a line a person can read.
-std::string quoted(std::string_view text) {
-  static constexpr char hex[] = "0123456789abcdef";
-  constexpr std::size_t shown = 80;
-  const std::size_t full = text.size();
-  if (full > shown) { text = text.substr(0, shown); }
-  std::string out;
-  out.reserve(text.size() + 32);
-  out += '\'';
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte >= 0x7f) {
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  out += '\'';
-  if (full > shown) { out += "... (" + std::to_string(full) + " bytes)"; }
-  return out;
-}
-
-const key_entry* find_key(std::string_view name) {
-  for (const auto& entry : keys) {
-    if (entry.name == name) { return &entry; }
-  }
-  return nullptr;
-}
-
-void apply_item(std::string_view item, parsed_options& result) {
-  const std::size_t equals = item.find('=');
-  if (equals == std::string_view::npos) {
-    result.errors.push_back("item " + quoted(item) + " has no '='; ignored");
-    return;
-  }
-  const std::string_view name = item.substr(0, equals);
-  const std::string_view value = item.substr(equals + 1);
-  const key_entry* const entry = find_key(name);
-  if (entry == nullptr) {
-    result.errors.push_back("unknown key " + quoted(name) + " (value " + quoted(value) + "); ignored");
-    return;
-  }
-  if (!entry->set(result.values, value)) {
-    result.errors.push_back("bad value " + quoted(value) + " for key " + quoted(name) +
-                            ": expected " + entry->expected() + "; ignored");
-  }
-}
-
 template <class E>
 const char* spelling_of(E mode) noexcept {
   for (const auto& spelling : spellings(mode)) {
@@ -286,12 +231,7 @@ const char* spelling_of(E mode) noexcept {
 
 parsed_options parse_options(std::string_view text, const options& base) {
   parsed_options result{base, {}};
-  while (!text.empty()) {
-    const std::size_t colon = text.find(':');
-    const std::string_view item = text.substr(0, colon);
-    text = colon == std::string_view::npos ? std::string_view() : text.substr(colon + 1);
-    if (!item.empty()) { apply_item(item, result); }
-  }
+  result.errors = detail::apply_option_items(text, keys, result.values);
   return result;
 }
 
@@ -299,18 +239,7 @@ const options& process_options() {
   static const options values = [] {
     const char* const text = std::getenv("GPUGUARD_OPTIONS");
     parsed_options parsed = parse_options(text == nullptr ? std::string_view() : std::string_view(text));
-    // The first few errors, then how many more: 10,000 bad items must not print 10,000 lines.
-    constexpr std::size_t errors_shown = 10;
-    for (std::size_t i = 0; i < parsed.errors.size() && i < errors_shown; ++i) {
-      // One fputs per line, so lines from other threads or processes do not cut into it.
-      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + parsed.errors[i] + "\n";
-      std::fputs(line.c_str(), stderr);
-    }
-    if (parsed.errors.size() > errors_shown) {
-      const std::string line = "gpuguard: GPUGUARD_OPTIONS: " + std::to_string(parsed.errors.size() - errors_shown) +
-                               " more bad items, not shown (each was ignored)\n";
-      std::fputs(line.c_str(), stderr);
-    }
+    detail::print_option_errors("gpuguard: GPUGUARD_OPTIONS", parsed.errors);
     if (parsed.values.strict && !parsed.errors.empty()) {
       std::fputs("gpuguard: GPUGUARD_OPTIONS: strict=1, stopping\n", stderr);
       // _Exit, not exit: atexit work (the leak report) would run on options nobody asked for.

@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
+#include "util/option_table.hpp"
 #include "util/program_path.hpp"
 #include "process/end.hpp"
 #include "run/run_report.hpp"
@@ -148,40 +149,42 @@ struct parsed_options {
   std::vector<std::string> options;  // --options, in order
 };
 
-// GPUGUARD_RUN_OPTIONS: defaults under the command line, with the GPUGUARD_OPTIONS conventions
-// (a bad item is named on stderr and ignored).
+// GPUGUARD_RUN_OPTIONS: defaults under the command line, read as GPUGUARD_OPTIONS is (the same
+// item syntax and messages, util/option_table.hpp): a bad item is named on stderr and ignored.
+template <std::optional<bool> parsed_options::*member>
+constexpr detail::option_key<parsed_options> bool_item(std::string_view name, std::string_view help) {
+  return {name,
+          [](parsed_options& o, std::string_view value) {
+            const std::optional<bool> b = parse_bool(value);
+            if (b) { o.*member = b; }
+            return b.has_value();
+          },
+          [] { return std::string("one of 0, 1, true, false, yes, no"); }, help};
+}
+
+constexpr detail::option_key<parsed_options> environment_keys[] = {
+    {"grace",
+     [](parsed_options& o, std::string_view value) {
+       const std::optional<std::int64_t> ms = parse_grace(value);
+       if (ms) { o.grace_ms = ms; }
+       return ms.has_value();
+     },
+     [] { return std::string("seconds, e.g. 5 or 0.5, 0 to 86400"); }, "--grace"},
+    {"report",
+     [](parsed_options& o, std::string_view value) {
+       o.report = std::string(value);
+       return true;
+     },
+     [] { return std::string("a path"); }, "--report"},
+    bool_item<&parsed_options::track>("track", "--track"),
+    bool_item<&parsed_options::require_clean>("require_clean", "--require-clean"),
+    bool_item<&parsed_options::cgroup>("cgroup", "the opposite of --no-cgroup"),
+};
+
 void read_environment_options(parsed_options& opts) {
   const char* text = std::getenv("GPUGUARD_RUN_OPTIONS");
   if (text == nullptr) { return; }
-  const std::string_view all(text);
-  std::size_t begin = 0;
-  while (begin <= all.size()) {
-    std::size_t end = all.find(':', begin);
-    if (end == std::string_view::npos) { end = all.size(); }
-    const std::string_view item = all.substr(begin, end - begin);
-    begin = end + 1;
-    if (item.empty()) { continue; }
-    const std::size_t eq = item.find('=');
-    const std::string key(item.substr(0, eq));
-    const std::string value(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
-    const auto bad = [&](const char* expected) {
-      std::fprintf(stderr, "gpuguard run: GPUGUARD_RUN_OPTIONS: bad value '%s' for %s (%s); ignored\n", value.c_str(),
-                   key.c_str(), expected);
-    };
-    if (key == "grace") {
-      if (auto ms = parse_grace(value)) { opts.grace_ms = ms; } else { bad("seconds, e.g. 5 or 0.5, 0 to 86400"); }
-    } else if (key == "report") {
-      opts.report = value;
-    } else if (key == "track") {
-      if (auto b = parse_bool(value)) { opts.track = b; } else { bad("0 or 1"); }
-    } else if (key == "require_clean") {
-      if (auto b = parse_bool(value)) { opts.require_clean = b; } else { bad("0 or 1"); }
-    } else if (key == "cgroup") {
-      if (auto b = parse_bool(value)) { opts.cgroup = b; } else { bad("0 or 1"); }
-    } else {
-      std::fprintf(stderr, "gpuguard run: GPUGUARD_RUN_OPTIONS: unknown key '%s'; ignored\n", key.c_str());
-    }
-  }
+  detail::print_option_errors("gpuguard run: GPUGUARD_RUN_OPTIONS", detail::apply_option_items(text, environment_keys, opts));
 }
 
 // CMD's environment: ours, without GPUGUARD_RUN_OPTIONS, with LD_PRELOAD and GPUGUARD_OPTIONS

@@ -266,10 +266,18 @@ class usage(base):
         rc, out, err = self.run_gpuguard("--grace", "2", "--report", report, PYTHON, HELPER, "env",
                                          env={"GPUGUARD_RUN_OPTIONS": "grace=zz:colour=blue:grace=1"})
         self.assertEqual(rc, 0, err)
-        self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'zz' for grace", err)
+        self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'zz' for key 'grace': expected seconds", err)
         self.assertIn("GPUGUARD_RUN_OPTIONS: unknown key 'colour'", err)
         self.assertEqual(self.read_report(report)["grace_s"], 2)
         self.assertIsNone(json.loads(out)["GPUGUARD_RUN_OPTIONS"])
+        # The GPUGUARD_OPTIONS reader's bounds: a huge value is cut, and many bad items are counted.
+        rc, _, err = self.run_gpuguard("true", env={"GPUGUARD_RUN_OPTIONS": "grace=" + "9" * 100000 + ":" + "x:" * 50})
+        self.assertEqual(rc, 0, err)
+        lines = [line for line in err.splitlines() if "GPUGUARD_RUN_OPTIONS" in line]
+        self.assertEqual(len(lines), 11, err[:2000])
+        self.assertIn("... (100000 bytes) for key 'grace'", lines[0])
+        self.assertTrue(all(len(line) < 300 for line in lines), lines)
+        self.assertIn("GPUGUARD_RUN_OPTIONS: 41 more bad items, not shown (each was ignored)", lines[-1])
 
 
 # ---- exit statuses ------------------------------------------------------------------------------
@@ -595,7 +603,8 @@ class boundary(base):
     def test_bad_cgroup_value_in_the_environment_is_named_and_ignored(self):
         rc, _, err = self.run_gpuguard("--", "true", env={"GPUGUARD_RUN_OPTIONS": "cgroup=maybe"})
         self.assertEqual(rc, 0, err)
-        self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'maybe' for cgroup (0 or 1); ignored", err)
+        self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'maybe' for key 'cgroup': expected one of 0, 1, true, false, yes, no; "
+                      "ignored", err)
 
 
 # ---- as a container's entrypoint: PID 1 of its own PID namespace --------------------------------
