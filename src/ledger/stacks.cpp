@@ -2,6 +2,7 @@
 // libboost_stacktrace_backtrace here, header-only addr2line or basic elsewhere) is chosen by CMake.
 #include "ledger/stacks.hpp"
 
+#include "util/addr2line.hpp"
 #include "util/program_path.hpp"
 
 #include <boost/stacktrace/frame.hpp>
@@ -337,18 +338,12 @@ std::vector<void*> site_frames(site_id site) {
 namespace {
 
 #if defined(GPUGUARD_ADDR2LINE_PATH)
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (const char c : text) { quoted += c == '\'' ? std::string("'\\''") : std::string(1, c); }
-  return quoted + "'";
-}
-
-// Fills function, file and line of frames the backend left without a file by running addr2line
-// once per module on module-relative addresses. This also covers position-independent programs
+// Fills function, file and line of frames the backend left without a file by asking addr2line
+// once per module about module-relative addresses. This also covers position-independent programs
 // and gpuguard's own hidden symbols, which Boost's header-only modes resolve poorly.
 void fill_from_addr2line(std::vector<frame_info>& frames, const std::vector<void*>& raw) {
   std::map<std::string, std::vector<std::size_t>> by_module;
-  std::vector<std::uintptr_t> offsets(frames.size());
+  std::vector<std::uint64_t> offsets(frames.size());
   for (std::size_t i = 0; i < frames.size(); ++i) {
     if (!frames[i].file.empty()) { continue; }
     Dl_info info{};
@@ -362,45 +357,19 @@ void fill_from_addr2line(std::vector<frame_info>& frames, const std::vector<void
     by_module[module].push_back(i);
   }
   for (const auto& [module, indices] : by_module) {
-    // -a prints each address before its lines, -i the chain of inlined calls: the last pair is
-    // the real function and the line in it where the inlined code was called.
-    std::string command = std::string(GPUGUARD_ADDR2LINE_PATH) + " -a -i -f -C -e " + shell_quote(module);
-    for (const std::size_t i : indices) {
-      char hex[32];
-      std::snprintf(hex, sizeof hex, " 0x%llx", static_cast<unsigned long long>(offsets[i]));
-      command += hex;
-    }
-    command += " 2>/dev/null";
-    std::FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) { continue; }
-    char buffer[4096];
-    std::size_t next = 0;
-    frame_info* current = nullptr;
-    std::string function;
-    bool want_function = true;
-    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
-      std::string line(buffer);
-      line.erase(line.find_last_not_of("\r\n") + 1);
-      if (line.compare(0, 2, "0x") == 0) {
-        current = next < indices.size() ? &frames[indices[next++]] : nullptr;
-        want_function = true;
-        continue;
-      }
-      if (current == nullptr) { continue; }
-      if (want_function) {
-        function = line;
-        want_function = false;
-        continue;
-      }
-      want_function = true;
-      if (function != "??") { current->function = function; }
-      const std::size_t colon = line.rfind(':');
-      if (colon != std::string::npos && line.compare(0, 2, "??") != 0) {
-        current->file = line.substr(0, colon);
-        current->line = std::strtoul(line.c_str() + colon + 1, nullptr, 10);
+    std::vector<std::uint64_t> addresses;
+    addresses.reserve(indices.size());
+    for (const std::size_t i : indices) { addresses.push_back(offsets[i]); }
+    const std::vector<addr2line_answer> answers = ask_addr2line(GPUGUARD_ADDR2LINE_PATH, module, addresses, true);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      frame_info& frame = frames[indices[k]];
+      if (!answers[k].function.empty()) { frame.function = answers[k].function; }
+      const std::string& location = answers[k].location;
+      if (const std::size_t colon = location.rfind(':'); colon != std::string::npos) {
+        frame.file = location.substr(0, colon);
+        frame.line = std::strtoul(location.c_str() + colon + 1, nullptr, 10);
       }
     }
-    ::pclose(pipe);
   }
 }
 #endif

@@ -7,6 +7,7 @@
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "json.hpp"
+#include "util/addr2line.hpp"
 #include "util/format.hpp"
 
 #include <cerrno>
@@ -56,22 +57,23 @@ bool parse_mapping(const std::string& line, crash_mapping& out) {
          !out.path.empty() && out.path[0] == '/' && out.path.find('\0') == std::string::npos;
 }
 
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (const char c : text) { quoted += c == '\'' ? std::string("'\\''") : std::string(1, c); }
-  return quoted + "'";
+std::vector<std::uint64_t> module_addresses(const std::vector<crash_frame*>& frames) {
+  std::vector<std::uint64_t> addresses;
+  addresses.reserve(frames.size());
+  for (const crash_frame* f : frames) { addresses.push_back(f->module_address); }
+  return addresses;
+}
+
+void fill_frames(const std::vector<crash_frame*>& frames, const std::vector<detail::addr2line_answer>& answers) {
+  for (std::size_t i = 0; i < frames.size() && i < answers.size(); ++i) {
+    if (!answers[i].function.empty()) { frames[i]->function = answers[i].function; }
+    if (!answers[i].location.empty()) { frames[i]->location = answers[i].location; }
+  }
 }
 
 // Runs addr2line once for the frames of one module and fills in their function and location.
 void resolve_module(const std::string& addr2line, const std::string& module, const std::vector<crash_frame*>& frames) {
-  std::FILE* pipe = ::popen(addr2line_command(addr2line, module, frames).c_str(), "r");
-  if (pipe == nullptr) { return; }
-  std::string output;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) { output.append(buffer, n); }
-  ::pclose(pipe);
-  read_addr2line_output(output, frames);
+  fill_frames(frames, detail::ask_addr2line(addr2line, module, module_addresses(frames), false));
 }
 
 // Appends `text` with control characters as \xNN: a record's strings cannot start a line of their
@@ -168,37 +170,11 @@ std::optional<crash_record> read_crash_record(std::string_view line, std::string
 
 std::string addr2line_command(const std::string& addr2line, const std::string& module,
                               const std::vector<crash_frame*>& frames) {
-  std::string command = shell_quote(addr2line) + " -a -f -C -e " + shell_quote(module);
-  for (const crash_frame* f : frames) {
-    char hex[32];
-    std::snprintf(hex, sizeof hex, " 0x%" PRIx64, f->module_address);
-    command += hex;
-  }
-  return command + " 2>/dev/null";
+  return detail::addr2line_command(addr2line, module, module_addresses(frames), false);
 }
 
 void read_addr2line_output(std::string_view output, const std::vector<crash_frame*>& frames) {
-  std::size_t next = 0;
-  crash_frame* current = nullptr;
-  bool want_function = true;
-  while (!output.empty()) {
-    const std::size_t newline = output.find('\n');
-    std::string_view line = output.substr(0, newline);
-    output = newline == std::string_view::npos ? std::string_view() : output.substr(newline + 1);
-    while (!line.empty() && line.back() == '\r') { line.remove_suffix(1); }
-    if (line.substr(0, 2) == "0x") {
-      current = next < frames.size() ? frames[next++] : nullptr;
-      want_function = true;
-      continue;
-    }
-    if (current == nullptr) { continue; }
-    if (want_function) {
-      if (line != "??") { current->function = std::string(line); }
-    } else if (line.substr(0, 2) != "??") {
-      current->location = std::string(line);
-    }
-    want_function = !want_function;
-  }
+  fill_frames(frames, detail::read_addr2line_output(output, frames.size()));
 }
 
 std::string format_crash_record(const crash_record& record) {
