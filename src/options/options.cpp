@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -82,16 +83,11 @@ struct integer_key {
 template <auto member>
 struct bool_key {
   static bool set(options& o, std::string_view value) {
-    if (value == "1" || value == "true" || value == "yes") {
-      o.*member = true;
-    } else if (value == "0" || value == "false" || value == "no") {
-      o.*member = false;
-    } else {
-      return false;
-    }
-    return true;
+    const std::optional<bool> parsed = detail::parse_option_bool(value);
+    if (parsed) { o.*member = *parsed; }
+    return parsed.has_value();
   }
-  static std::string expected() { return "one of 0, 1, true, false, yes, no"; }
+  static std::string expected() { return detail::option_bool_spellings; }
 };
 
 template <auto member>

@@ -4,6 +4,12 @@
 
 namespace gpuguard::detail {
 
+std::optional<bool> parse_option_bool(std::string_view text) noexcept {
+  if (text == "1" || text == "true" || text == "yes") { return true; }
+  if (text == "0" || text == "false" || text == "no") { return false; }
+  return std::nullopt;
+}
+
 std::string quoted_for_message(std::string_view text) {
   static constexpr char hex[] = "0123456789abcdef";
   constexpr std::size_t shown = 80;

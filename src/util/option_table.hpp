@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,11 @@ struct option_key {
   std::string (*expected)();               ///< the end of the error message "expected ..."
   std::string_view help;                   ///< one line; the docs have the long form
 };
+
+/// A boolean value as option strings spell it: 1, true, yes or 0, false, no; nullopt otherwise.
+std::optional<bool> parse_option_bool(std::string_view text) noexcept;
+/// What parse_option_bool takes, for "expected ..." in a message.
+inline constexpr const char* option_bool_spellings = "one of 0, 1, true, false, yes, no";
 
 /// `text` in quotes for a message that must stay one printable line: control and non-ASCII bytes
 /// as \xNN, and past 80 bytes cut, with its length said.

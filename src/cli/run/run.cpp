@@ -100,12 +100,6 @@ int usage_error(const std::string& message) { return cli::usage_error(words, mes
 // The grace period: one range and one syntax for run and doctor (process/end.hpp).
 std::optional<std::int64_t> parse_grace(std::string_view text) { return detail::parse_grace_ms(text); }
 
-std::optional<bool> parse_bool(std::string_view text) {
-  if (text == "1" || text == "true" || text == "yes") { return true; }
-  if (text == "0" || text == "false" || text == "no") { return false; }
-  return std::nullopt;
-}
-
 bool readable_file(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
 
 std::string directory_of(const std::string& path) {
@@ -155,11 +149,11 @@ template <std::optional<bool> parsed_options::*member>
 constexpr detail::option_key<parsed_options> bool_item(std::string_view name, std::string_view help) {
   return {name,
           [](parsed_options& o, std::string_view value) {
-            const std::optional<bool> b = parse_bool(value);
+            const std::optional<bool> b = detail::parse_option_bool(value);
             if (b) { o.*member = b; }
             return b.has_value();
           },
-          [] { return std::string("one of 0, 1, true, false, yes, no"); }, help};
+          [] { return std::string(detail::option_bool_spellings); }, help};
 }
 
 constexpr detail::option_key<parsed_options> environment_keys[] = {
