@@ -225,7 +225,12 @@ def mode_jobshell(*argv):
         os.tcsetpgrp(0, os.getpgrp())
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)
         os.execv(argv[0], list(argv))
-    os.setpgid(pid, pid)
+    try:
+        # Both sides set the group, as shells do, so that neither order races. EACCES: the child
+        # has already exec'd, which it does only after setting its group itself.
+        os.setpgid(pid, pid)
+    except PermissionError:
+        pass
     os.tcsetpgrp(0, pid)
     while True:
         _, status = os.waitpid(pid, os.WUNTRACED)
