@@ -18,7 +18,9 @@
 #include <gpuguard/tracking.hpp>
 
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <spawn.h>
 #include <sys/types.h>

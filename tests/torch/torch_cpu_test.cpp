@@ -14,7 +14,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <gtest/gtest.h>
 
