@@ -2,6 +2,8 @@
 // 0, and `gpuguard run` reads the process table again every few milliseconds during a grace period.
 #include "process/proc_stat.hpp"
 
+#include "util/unique_fd.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -34,13 +36,13 @@ std::vector<std::string_view> split_fields(std::string_view text) {
 }
 
 std::optional<std::string> read_small_file(const std::string& path, std::size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { return std::nullopt; }
+  const unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) { return std::nullopt; }
   std::string text;
   char buffer[8192];
   bool ok = true;
   while (text.size() < max_bytes) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
     if (n < 0) {
       if (errno == EINTR) { continue; }
       ok = false;
@@ -49,7 +51,6 @@ std::optional<std::string> read_small_file(const std::string& path, std::size_t 
     if (n == 0) { break; }
     text.append(buffer, std::min(static_cast<std::size_t>(n), max_bytes - text.size()));
   }
-  ::close(fd);
   if (!ok) { return std::nullopt; }
   return text;
 }

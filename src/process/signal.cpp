@@ -1,6 +1,8 @@
 // Identity-checked signals through pidfds (see signal.hpp).
 #include "process/signal.hpp"
 
+#include "util/unique_fd.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -28,22 +30,6 @@ int pidfd_send_signal(int pidfd, int signal) noexcept {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0U));
 }
 
-// Closes a descriptor on every path.
-class fd_closer {
- public:
-  explicit fd_closer(int fd) noexcept : fd_(fd) {}
-  fd_closer(const fd_closer&) = delete;
-  fd_closer& operator=(const fd_closer&) = delete;
-  fd_closer(fd_closer&&) = delete;
-  fd_closer& operator=(fd_closer&&) = delete;
-  ~fd_closer() {
-    if (fd_ >= 0) { ::close(fd_); }
-  }
-
- private:
-  int fd_;
-};
-
 std::string probe_pidfds() {
   const int fd = pidfd_open(static_cast<int>(::getpid()));
   if (fd < 0) {
@@ -51,7 +37,7 @@ std::string probe_pidfds() {
     return std::string("pidfd_open failed: ") + std::strerror(e) +
            (e == ENOSYS ? " (pidfds need Linux 5.3 or later)" : e == EPERM ? " (blocked by a seccomp filter?)" : "");
   }
-  const fd_closer owner(fd);
+  const unique_fd owner(fd);
   if (pidfd_send_signal(fd, 0) != 0) {
     const int e = errno;
     return std::string("pidfd_send_signal failed: ") + std::strerror(e) +
@@ -84,7 +70,7 @@ signal_result send_checked_signal(int pid, std::uint64_t start_time, int signal,
   }
   const int fd = pidfd_open(pid);
   if (fd < 0 && errno == ESRCH) { return signal_result::gone; }
-  const fd_closer owner(fd);
+  const unique_fd owner(fd);
   if (const signal_result identity = check_identity(proc_root, pid, start_time); identity != signal_result::sent) {
     return identity;
   }

@@ -1,5 +1,7 @@
 #include "util/file.hpp"
 
+#include "util/unique_fd.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,18 +33,18 @@ bool write_file_atomically(const std::string& path, std::string_view data, std::
     ::unlink(temp.c_str());
     return false;
   };
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  unique_fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
     if (error != nullptr) { *error = "cannot create '" + temp + "': " + std::strerror(errno); }
     return false;
   }
-  if (!write_all(fd, data.data(), data.size())) {
+  if (!write_all(fd.get(), data.data(), data.size())) {
     const int saved = errno;
-    ::close(fd);
+    fd.reset();
     errno = saved;
     return fail("cannot write '" + temp + "'");
   }
-  if (::close(fd) != 0) { return fail("cannot close '" + temp + "'"); }
+  if (!fd.close()) { return fail("cannot close '" + temp + "'"); }
   if (std::rename(temp.c_str(), path.c_str()) != 0) { return fail("cannot rename '" + temp + "' to '" + path + "'"); }
   return true;
 }

@@ -166,26 +166,8 @@ job_cgroup job_cgroup::create(pid_t supervisor) {
     g.directory_.clear();
     return g;
   }
-  g.procs_fd_ = fd;
+  g.procs_fd_.reset(fd);
   return g;
-}
-
-job_cgroup::job_cgroup(job_cgroup&& other) noexcept
-    : directory_(std::move(other.directory_)),
-      name_(std::move(other.name_)),
-      why_not_(std::move(other.why_not_)),
-      procs_fd_(std::exchange(other.procs_fd_, -1)) {}
-
-job_cgroup& job_cgroup::operator=(job_cgroup&& other) noexcept {
-  std::swap(directory_, other.directory_);
-  std::swap(name_, other.name_);
-  std::swap(why_not_, other.why_not_);
-  std::swap(procs_fd_, other.procs_fd_);
-  return *this;
-}
-
-job_cgroup::~job_cgroup() {
-  if (procs_fd_ >= 0) { ::close(procs_fd_); }
 }
 
 std::vector<detail::proc_stat> job_cgroup::members() const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "process/proc_stat.hpp"
+#include "util/unique_fd.hpp"
 
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 
 namespace gpuguard::cli {
 
+/// Movable, not copyable. Destroying one closes its cgroup.procs; the directory is removed by remove().
 class job_cgroup {
  public:
   /// Makes `gpuguard-run.<supervisor>.<pid namespace inode>` under this process's cgroup v2 and opens its cgroup.procs
@@ -29,14 +31,7 @@ class job_cgroup {
   /// is gone (a run whose supervisor and anchor were both killed leaves one). Never throws but std::bad_alloc.
   static job_cgroup create(pid_t supervisor);
 
-  job_cgroup() = default;
-  job_cgroup(job_cgroup&& other) noexcept;
-  job_cgroup& operator=(job_cgroup&& other) noexcept;
-  job_cgroup(const job_cgroup&) = delete;
-  job_cgroup& operator=(const job_cgroup&) = delete;
-  ~job_cgroup();  // closes the descriptor; the directory is removed by remove(), not here
-
-  [[nodiscard]] bool active() const noexcept { return procs_fd_ >= 0; }
+  [[nodiscard]] bool active() const noexcept { return procs_fd_.valid(); }
   /// Why the cgroup is not used ("" when it is).
   [[nodiscard]] const std::string& why_not() const noexcept { return why_not_; }
   /// Its path as /proc/PID/cgroup shows it ("/gpuguard-run.4200.4026531836", or deeper).
@@ -45,7 +40,7 @@ class job_cgroup {
   [[nodiscard]] const std::string& directory() const noexcept { return directory_; }
   /// cgroup.procs, open for writing: CMD writes "0" to it between fork and exec (a write(2) on a
   /// descriptor opened beforehand is async-signal-safe). -1 when not active.
-  [[nodiscard]] int procs_fd() const noexcept { return procs_fd_; }
+  [[nodiscard]] int procs_fd() const noexcept { return procs_fd_.get(); }
 
   /// The live processes in it and in any cgroup below it (a nested `gpuguard run` makes one).
   [[nodiscard]] std::vector<detail::proc_stat> members() const;
@@ -59,7 +54,7 @@ class job_cgroup {
   std::string directory_;
   std::string name_;
   std::string why_not_;
-  int procs_fd_ = -1;
+  detail::unique_fd procs_fd_;
 };
 
 }  // namespace gpuguard::cli

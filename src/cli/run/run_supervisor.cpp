@@ -5,6 +5,7 @@
 
 #include "process/end.hpp"
 #include "util/file.hpp"
+#include "util/unique_fd.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -56,28 +57,7 @@ std::int64_t unix_now_ns() {
   return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-// An owned file descriptor.
-class unique_fd {
- public:
-  unique_fd() noexcept = default;
-  explicit unique_fd(int fd) noexcept : fd_(fd) {}
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  unique_fd(unique_fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~unique_fd() { reset(); }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) { ::close(fd_); }
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using detail::unique_fd;
 
 [[noreturn]] void throw_errno(const std::string& what) {
   throw std::system_error(errno, std::generic_category(), "gpuguard run: " + what);

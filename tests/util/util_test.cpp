@@ -1,0 +1,144 @@
+// The shared util's file helpers: the owned descriptor and the whole-file write.
+#include "util/file.hpp"
+#include "util/unique_fd.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace {
+
+using gpuguard::detail::unique_fd;
+namespace fs = std::filesystem;
+
+bool is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1 || errno != EBADF; }
+
+int open_null() {
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  return fd;
+}
+
+// A fresh directory under the test's temporary directory, removed at the end.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "gpuguard-util-XXXXXX").string();
+    path = ::mkdtemp(pattern.data()) != nullptr ? fs::path(pattern) : fs::path();
+  }
+  ~temp_dir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(unique_fd, closes_its_descriptor_when_it_goes_out_of_scope) {
+  int raw = -1;
+  {
+    const unique_fd fd(open_null());
+    raw = fd.get();
+    ASSERT_TRUE(fd.valid());
+    EXPECT_TRUE(is_open(raw));
+  }
+  EXPECT_FALSE(is_open(raw));
+}
+
+TEST(unique_fd, a_move_hands_the_descriptor_on_and_assignment_closes_the_one_it_held) {
+  unique_fd first(open_null());
+  const int raw = first.get();
+  unique_fd second(std::move(first));
+  EXPECT_EQ(first.get(), -1);  // NOLINT(bugprone-use-after-move): a moved-from owner holds nothing
+  EXPECT_EQ(second.get(), raw);
+  EXPECT_TRUE(is_open(raw));
+
+  unique_fd third(open_null());
+  const int replaced = third.get();
+  third = std::move(second);
+  EXPECT_FALSE(is_open(replaced));
+  EXPECT_EQ(third.get(), raw);
+  EXPECT_TRUE(is_open(raw));
+}
+
+TEST(unique_fd, close_says_whether_it_closed_and_leaves_nothing_to_close_twice) {
+  unique_fd fd(open_null());
+  const int raw = fd.get();
+  EXPECT_TRUE(fd.close());
+  EXPECT_FALSE(fd.valid());
+  EXPECT_FALSE(is_open(raw));
+  EXPECT_TRUE(fd.close());  // nothing owned: nothing to fail
+  fd.reset(open_null());
+  EXPECT_TRUE(fd.valid());
+}
+
+TEST(write_file_atomically, writes_the_whole_text_and_leaves_no_temporary_file) {
+  const temp_dir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const fs::path target = dir.path / "metrics.prom";
+  const std::string text(100000, 'x');
+  std::string error;
+  ASSERT_TRUE(gpuguard::detail::write_file_atomically(target.string(), text, &error)) << error;
+  EXPECT_EQ(slurp(target), text);
+  ASSERT_TRUE(gpuguard::detail::write_file_atomically(target.string(), "second\n", &error)) << error;
+  EXPECT_EQ(slurp(target), "second\n");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path)) { ++entries; }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(write_file_atomically, a_missing_directory_is_an_error_naming_the_file_and_writes_nothing) {
+  const temp_dir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const fs::path target = dir.path / "no-such-dir" / "out.json";
+  std::string error;
+  EXPECT_FALSE(gpuguard::detail::write_file_atomically(target.string(), "{}", &error));
+  EXPECT_NE(error.find((dir.path / "no-such-dir" / "out.json.tmp.").string()), std::string::npos) << error;
+  EXPECT_NE(error.find("No such file or directory"), std::string::npos) << error;
+  EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+TEST(write_all, writes_every_byte_through_a_pipe_and_reports_a_closed_reader) {
+  int fds[2] = {-1, -1};
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  unique_fd read_end(fds[0]);
+  unique_fd write_end(fds[1]);
+  const std::string text(4000, 'y');  // under the pipe's capacity: no reader needed
+  ASSERT_TRUE(gpuguard::detail::write_all(write_end.get(), text.data(), text.size()));
+  std::string got(text.size(), '\0');
+  std::size_t done = 0;
+  while (done < got.size()) {
+    const ssize_t n = ::read(read_end.get(), got.data() + done, got.size() - done);
+    ASSERT_GT(n, 0);
+    done += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(got, text);
+  read_end.reset();
+  struct sigaction ignore{};
+  struct sigaction before{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &before), 0);
+  errno = 0;
+  EXPECT_FALSE(gpuguard::detail::write_all(write_end.get(), "z", 1));
+  EXPECT_EQ(errno, EPIPE);
+  ::sigaction(SIGPIPE, &before, nullptr);
+}
+
+}  // namespace
