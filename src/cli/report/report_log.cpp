@@ -30,6 +30,10 @@ constexpr std::size_t max_unknown_types = 50;
 // gpuguard numbers threads 1, 2, ...; only a broken or hostile log comes near these.
 constexpr std::size_t max_threads_kept = 1024;
 constexpr std::size_t max_lanes = 64;
+// Devices the report keeps (each with its series and bands): a node has a few, -1 is the host.
+// Lines about further devices are skipped with the reason, so that a hostile log naming a new
+// device on every line cannot grow the reader without bound.
+constexpr std::size_t max_devices_kept = 256;
 // Allocations open at once (all devices) that the reader pairs with their frees, about 100 bytes
 // each; past it (a hostile log, or a program with more live allocations than this), further ones
 // are counted, not drawn.
@@ -514,12 +518,18 @@ struct log_aggregate::state {
   std::int64_t end_t = -1;
   std::int64_t end_dropped = 0;
 
-  device_state& device(std::int64_t id) {
+  // Device `id`'s state, made on its first line; nullptr past max_devices_kept devices.
+  device_state* device(std::int64_t id) {
     auto found = devices.find(id);
     if (found == devices.end()) {
+      if (devices.size() >= max_devices_kept) { return nullptr; }
       found = devices.emplace(id, device_state(limits.max_buckets, limits.max_bands)).first;
     }
-    return found->second;
+    return &found->second;
+  }
+  static std::string too_many_devices(std::int64_t id) {
+    return "device " + std::to_string(id) + " is past the " + std::to_string(max_devices_kept) +
+           " devices a report keeps";
   }
 
   void see_time(std::int64_t t) { max_t = std::max(max_t, t); }
@@ -654,7 +664,9 @@ std::string log_aggregate::state::on_device(fields& f) {
   std::string name = f.string("name");
   const std::int64_t total = f.count("total_bytes");
   if (!f.ok()) { return f.error(); }
-  device_state& d = device(id);
+  device_state* const kept = device(id);
+  if (kept == nullptr) { return too_many_devices(id); }
+  device_state& d = *kept;
   d.described = true;
   d.name = std::move(name);
   d.total_bytes = total;
@@ -666,6 +678,9 @@ std::string log_aggregate::state::on_thread(fields& f) {
   const std::int64_t tid = f.count("tid");
   std::string name = f.string("name");
   if (!f.ok()) { return f.error(); }
+  if (threads.find(id) == threads.end() && threads.size() >= max_threads_kept) {
+    return {};  // a thread past those kept: its ops are counted, not drawn, so nothing to name
+  }
   thread_state& th = threads[id];
   th.described = true;
   th.tid = tid;
@@ -685,7 +700,9 @@ std::string log_aggregate::state::on_mem(fields& f, std::int64_t t) {
   if (used.has_value() != total.has_value()) {
     return used ? "field \"used_bytes\" without \"total_bytes\"" : "field \"total_bytes\" without \"used_bytes\"";
   }
-  device_state& d = device(id);
+  device_state* const kept = device(id);
+  if (kept == nullptr) { return too_many_devices(id); }
+  device_state& d = *kept;
   d.live.add(t, live);
   d.peak.add(t, std::max(peak, live));
   if (used) {
@@ -712,7 +729,9 @@ std::string log_aggregate::state::on_alloc_or_free(bool alloc, fields& f, std::i
   if (address_text.rfind("0x", 0) != 0 || !detail::parse_hex(address_text, address)) {
     return "field \"address\" must be a hexadecimal address (\"0x...\"), not " + detail::json_string(address_text.substr(0, 40));
   }
-  device_state& d = device(id);
+  device_state* const kept = device(id);
+  if (kept == nullptr) { return too_many_devices(id); }
+  device_state& d = *kept;
   ++d.timeline_lines;
   d.live.add(t, live);
   auto found = d.open.find(address);
@@ -756,7 +775,9 @@ std::string log_aggregate::state::on_mem_step(fields& f, std::int64_t t) {
   static_cast<void>(f.count("frees"));
   if (!f.ok()) { return f.error(); }
   if (min_bytes > max_bytes) { return "field \"min_bytes\" is above \"max_bytes\""; }
-  device_state& d = device(id);
+  device_state* const kept = device(id);
+  if (kept == nullptr) { return too_many_devices(id); }
+  device_state& d = *kept;
   ++d.timeline_lines;
   ++d.step_lines;
   d.folded_allocs = add_saturated(d.folded_allocs, allocs);

@@ -462,6 +462,26 @@ class report_test(unittest.TestCase):
         self.assertEqual(len([t for t in data["threads"] if t["ops_drawn"]]), 64)
         self.assertEqual(len(data["ops"]), 64)
 
+    def test_a_log_naming_ever_more_devices_and_threads_stays_bounded(self):
+        log = self.path("devices.jsonl")
+        devices, threads = 300, 3000
+        with open(log, "w") as f:
+            f.write('{"v":1,"type":"start","t":0,"schema":"gpuguard.events","pid":9,"program":"/bin/t","unix_ns":0}\n')
+            for d in range(devices):
+                f.write('{"v":1,"type":"mem","t":%d,"device":%d,"live_bytes":%d,"peak_bytes":%d,"allocations":1,'
+                        '"frees":0}\n' % (1000 + d, d, d + 1, d + 1))
+            for i in range(threads):
+                f.write('{"v":1,"type":"thread","t":%d,"thread":%d,"tid":%d,"name":"w%d"}\n' % (5000 + i, i + 1, i, i))
+        r, _, data = self.render(log)
+        self.assertEqual([d["device"] for d in data["devices"]], list(range(256)))
+        self.assertEqual(data["devices"][255]["live"]["v"], [256])
+        self.assertEqual(data["skipped"]["count"], devices - 256)
+        self.assertEqual(data["skipped"]["lines"][0],
+                         dict(line=258, reason="mem: device 256 is past the 256 devices a report keeps"))
+        self.assertIn("%d lines read, %d events used, %d lines skipped" % (1 + devices + threads, 1 + 256 + threads,
+                                                                           devices - 256), r.stdout.decode())
+        self.assertLessEqual(len(data["threads"]), 1024)
+
     # ---- usage and failures --------------------------------------------------------------------
 
     def test_help(self):
