@@ -132,6 +132,7 @@ class fields {
   }
 
   [[nodiscard]] std::string path(std::string_view name) const { return where_ + std::string(name); }
+  [[nodiscard]] bool has(std::string_view name) const { return member(object_, name) != nullptr; }
 
  private:
   const json* get(std::string_view name) {
@@ -170,32 +171,41 @@ class fields {
 };
 
 // Validates and copies a frames array: [{address, function, file, line}], innermost first.
+// Walks the array `list`, the field `name` of an event (a path: "sites[2].frames"), calling
+// `each(fields&, index)` on each element in order. The first element that is not an object, or
+// for which `each` returns a reason, ends the walk with that reason; "" when all were read.
+template <typename Each>
+std::string for_each_object(const json& list, const std::string& name, Each&& each) {
+  std::size_t index = 0;
+  for (const json& item : list) {
+    const std::string here = name + "[" + std::to_string(index) + "]";
+    if (!item.is_object()) { return "\"" + here + "\" must be an object, not a JSON " + kind_name(item); }
+    fields f(item, here + ".");
+    std::string problem = each(f, index);
+    if (!problem.empty()) { return problem; }
+    ++index;
+  }
+  return {};
+}
+
+// The first max_frames_kept frames of a site's `frames` (at `where`, "sites[2]."); what is wrong
+// with them goes to `parent`.
 json frames_json(fields& parent, const json* frames, const std::string& where) {
   json out = json::array();
-  if (frames != nullptr) {
-    std::size_t index = 0;
-    for (const json& frame : *frames) {
-      const std::string here = where + "frames[" + std::to_string(index) + "]";
-      if (!frame.is_object()) {
-        parent.set_error("\"" + here + "\" must be an object, not a JSON " + kind_name(frame));
-        break;
-      }
-      fields f(frame, here + ".");
-      std::string address = f.string("address");
-      std::string function = f.string("function");
-      std::string file = f.string("file");
-      const std::int64_t line = f.count("line");
-      if (!f.ok()) {
-        parent.set_error(f.error());
-        break;
-      }
-      if (index < max_frames_kept) {
-        out.push_back({{"address", std::move(address)}, {"function", std::move(function)}, {"file", std::move(file)},
-                       {"line", line}});
-      }
-      ++index;
+  if (frames == nullptr) { return out; }
+  std::string problem = for_each_object(*frames, where + "frames", [&](fields& f, std::size_t index) {
+    std::string address = f.string("address");
+    std::string function = f.string("function");
+    std::string file = f.string("file");
+    const std::int64_t line = f.count("line");
+    if (!f.ok()) { return f.error(); }
+    if (index < max_frames_kept) {
+      out.push_back({{"address", std::move(address)}, {"function", std::move(function)}, {"file", std::move(file)},
+                     {"line", line}});
     }
-  }
+    return std::string();
+  });
+  if (!problem.empty()) { parent.set_error(std::move(problem)); }
   return out;
 }
 
@@ -894,20 +904,19 @@ std::string log_aggregate::state::on_sites(fields& f) {
   note_backend(f);
   if (!f.ok()) { return f.error(); }
   json kept = json::array();
-  std::size_t index = 0;
-  for (const json& item : *list) {
-    const std::string where = "sites[" + std::to_string(index) + "].";
-    if (!item.is_object()) { return "\"sites[" + std::to_string(index) + "]\" must be an object"; }
-    fields site(item, where);
+  std::string problem = for_each_object(*list, "sites", [&](fields& site, std::size_t index) {
     const std::int64_t id = site.count("site");
     const std::int64_t allocs = site.count("allocs");
     const std::int64_t bytes = site.count("bytes");
-    json frames = frames_json(site, site.array("frames"), where);
+    json frames = frames_json(site, site.array("frames"), site.path(""));
     std::vector<std::int64_t> raw;  // optional (logs before sites were grouped have none)
-    if (member(item, "raw_sites") != nullptr) {
+    const bool has_raw = site.has("raw_sites");
+    if (has_raw) {
       if (const json* list_of_raw = site.array("raw_sites")) {
         for (const json& r : *list_of_raw) {
-          if (!r.is_number_integer() || r.get<std::int64_t>() < 0) { return "field \"" + where + "raw_sites\" must hold non-negative integers"; }
+          if (!r.is_number_integer() || r.get<std::int64_t>() < 0) {
+            return "field \"" + site.path("raw_sites") + "\" must hold non-negative integers";
+          }
           if (raw.size() < max_frames_kept) { raw.push_back(r.get<std::int64_t>()); }
         }
       }
@@ -915,12 +924,13 @@ std::string log_aggregate::state::on_sites(fields& f) {
     if (!site.ok()) { return site.error(); }
     if (index < max_sites_kept) {
       json one = {{"site", id}, {"allocs", allocs}, {"bytes", bytes}};
-      if (member(item, "raw_sites") != nullptr) { one["raw_sites"] = raw; }
+      if (has_raw) { one["raw_sites"] = raw; }
       one["frames"] = std::move(frames);
       kept.push_back(std::move(one));
     }
-    ++index;
-  }
+    return std::string();
+  });
+  if (!problem.empty()) { return problem; }
   sites = {{"sampled", sampled}, {"count", list->size()}, {"sites", std::move(kept)}};
   return {};
 }
@@ -932,24 +942,21 @@ std::string log_aggregate::state::on_leaks(fields& f) {
   note_backend(f);
   if (!f.ok()) { return f.error(); }
   json kept = json::array();
-  std::size_t index = 0;
-  for (const json& item : *list) {
-    const std::string where = "sites[" + std::to_string(index) + "].";
-    if (!item.is_object()) { return "\"sites[" + std::to_string(index) + "]\" must be an object"; }
-    fields site(item, where);
+  std::string problem = for_each_object(*list, "sites", [&](fields& site, std::size_t index) {
     const std::int64_t id = site.count("site");
     const std::int64_t dev = site.device("device");
     const std::string tag = site.string("tag");
     const std::int64_t bytes = site.count("bytes");
     const std::int64_t count = site.count("count");
-    json frames = frames_json(site, site.array("frames"), where);
+    json frames = frames_json(site, site.array("frames"), site.path(""));
     if (!site.ok()) { return site.error(); }
     if (index < max_leak_sites_kept) {
       kept.push_back({{"site", id}, {"device", dev}, {"tag", tag}, {"bytes", bytes}, {"count", count},
                       {"frames", std::move(frames)}});
     }
-    ++index;
-  }
+    return std::string();
+  });
+  if (!problem.empty()) { return problem; }
   leaks = {{"total_bytes", total_bytes}, {"total_count", total_count}, {"site_count", list->size()},
            {"sites", std::move(kept)}};
   return {};
@@ -966,18 +973,16 @@ std::string log_aggregate::state::on_crash(fields& f, std::int64_t t) {
   const json* list = f.array("devices");
   if (!f.ok()) { return f.error(); }
   json listed = json::array();
-  std::size_t index = 0;
-  for (const json& item : *list) {
-    if (!item.is_object()) { return "\"devices[" + std::to_string(index) + "]\" must be an object"; }
-    fields d(item, "devices[" + std::to_string(index) + "].");
+  std::string problem = for_each_object(*list, "devices", [&](fields& d, std::size_t /*index*/) {
     const std::int64_t id = d.device("device");
     const std::int64_t live = d.count("live_bytes");
     const std::int64_t count = d.count("live_count");
     const std::int64_t peak = d.count("peak_bytes");
     if (!d.ok()) { return d.error(); }
     listed.push_back({{"device", id}, {"live_bytes", live}, {"live_count", count}, {"peak_bytes", peak}});
-    ++index;
-  }
+    return std::string();
+  });
+  if (!problem.empty()) { return problem; }
   crash = {{"t", t}, {"signal", signal}, {"code", code}, {"address", address}, {"thread", thread},
            {"crash_file", crash_file}, {"devices", std::move(listed)}};
   return {};
@@ -991,11 +996,7 @@ std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
   note_backend(f);
   if (!f.ok()) { return f.error(); }
   json listed = json::array();
-  std::size_t index = 0;
-  for (const json& item : *list) {
-    const std::string where = "devices[" + std::to_string(index) + "].";
-    if (!item.is_object()) { return "\"devices[" + std::to_string(index) + "]\" must be an object"; }
-    fields d(item, where);
+  std::string problem = for_each_object(*list, "devices", [&](fields& d, std::size_t /*index*/) {
     const std::int64_t id = d.device("device");
     const std::int64_t current = d.count("current_bytes");
     const std::int64_t peak = d.count("peak_bytes");
@@ -1005,8 +1006,9 @@ std::string log_aggregate::state::on_end(fields& f, std::int64_t t) {
     if (!d.ok()) { return d.error(); }
     listed.push_back({{"device", id}, {"current_bytes", current}, {"peak_bytes", peak}, {"total_bytes", total},
                        {"allocations", allocations}, {"frees", frees}});
-    ++index;
-  }
+    return std::string();
+  });
+  if (!problem.empty()) { return problem; }
   json counts = json::object();
   fields m(*misuse, "misuse.");
   for (const auto& [name, value] : misuse->items()) {
