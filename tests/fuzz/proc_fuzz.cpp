@@ -17,7 +17,7 @@
 //
 // usage: proc_fuzz CORPUS_DIR [--seed N] [--iterations N] [--seconds S]
 #include "fuzz_driver.hpp"
-#include "process/proc.hpp"
+#include "holders/proc.hpp"
 #include "process/proc_stat.hpp"
 
 #include <algorithm>

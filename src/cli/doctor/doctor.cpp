@@ -7,9 +7,9 @@
 #include "commands.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
+#include "holders/nvml.hpp"
+#include "holders/proc.hpp"
 #include "process/end.hpp"
-#include "process/nvml.hpp"
-#include "process/proc.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
 

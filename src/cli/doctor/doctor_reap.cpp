@@ -2,9 +2,9 @@
 // the process layer ends them (process/end.hpp), as it ends `gpuguard run`'s leftovers.
 #include "doctor/doctor_reap.hpp"
 
-#include "util/format.hpp"
+#include "holders/proc.hpp"
 #include "process/end.hpp"
-#include "process/proc.hpp"
+#include "util/format.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -4,10 +4,10 @@
 /// docs/schemas/doctor-v1.schema.json).
 #pragma once
 
-#include "process/holder.hpp"
-#include "process/nvml.hpp"
-#include "process/proc.hpp"
 #include "doctor/doctor_reap.hpp"
+#include "holders/holder.hpp"
+#include "holders/nvml.hpp"
+#include "holders/proc.hpp"
 
 #include <cstdint>
 #include <optional>

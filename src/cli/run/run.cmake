@@ -2,8 +2,8 @@
 #   run.cpp             the command line, CMD's environment, the words at the end
 #   run_supervisor.cpp  the supervisor, its anchor process and CMD: signals, reaping, teardown
 #   run_cgroup.cpp      the job's own cgroup v2 (the boundary; cgroup.kill)
-#   (the process table, descendants and held device files come from process/proc.cpp, per-process
-#   device memory from process/nvml.cpp: shared with doctor, listed in CMakeLists.txt)
+#   (the process table, descendants and held device files come from holders/proc.cpp, per-process
+#   device memory from holders/nvml.cpp: shared with doctor, listed in CMakeLists.txt)
 #   run_report.cpp      the summary line and the JSON report (docs/run.md)
 #   run_track.cpp       --track: the tracked processes' records and their summary
 list(APPEND gpuguard_cli_command_sources

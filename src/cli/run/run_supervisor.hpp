@@ -15,9 +15,9 @@
 ///    cgroup.kill.
 #pragma once
 
-#include "process/holder.hpp"
-#include "process/nvml.hpp"
-#include "process/proc.hpp"
+#include "holders/holder.hpp"
+#include "holders/nvml.hpp"
+#include "holders/proc.hpp"
 #include "run/run_cgroup.hpp"
 
 #include <array>

@@ -3,9 +3,9 @@
 // classification on process tables built to the shape of each case, the residue trend, the JSON
 // document, the device-file scan on this process, and the pidfd reaper's start-time check on a
 // real child (a reused PID is not signalled).
-#include "process/proc.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
+#include "holders/proc.hpp"
 #include "json.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // NVML through dlopen for `gpuguard doctor` and `gpuguard run` (see nvml.hpp). The declarations
 // below are part of NVML's stable C ABI, versioned by the _v2/_v3 suffixes of the entry points.
-#include "process/nvml.hpp"
+#include "holders/nvml.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -4,8 +4,8 @@
 /// shows it, with the device files it holds, and the memory NVML attributes to it per device.
 #pragma once
 
-#include "process/nvml.hpp"
-#include "process/proc.hpp"
+#include "holders/nvml.hpp"
+#include "holders/proc.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -1,7 +1,7 @@
 // /proc readers for `gpuguard run` and `gpuguard doctor`, and the doctor's holder classification
 // (see proc.hpp). Plain POSIX reads (no iostreams): /proc files report size 0, and the supervisor
 // rescans the process table every few milliseconds during a grace period.
-#include "process/proc.hpp"
+#include "holders/proc.hpp"
 
 #include <algorithm>
 #include <cerrno>
