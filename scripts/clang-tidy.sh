@@ -10,7 +10,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 db="$build/compile_commands.json"
 [ -f "$db" ] || { echo "clang-tidy.sh: $db not found (configure with CMAKE_EXPORT_COMPILE_COMMANDS=ON)" >&2; exit 2; }
 
-
 # One line per file: "T path" for a file that includes LibTorch's C++ front end (<torch/...>: the
 # torch tests, the example, the evidence job), "- path" for the rest. In the first kind,
 # performance-unnecessary-value-param is off: it weighs every parameter of every function those

@@ -170,7 +170,6 @@ class fields {
   std::string error_;
 };
 
-// Validates and copies a frames array: [{address, function, file, line}], innermost first.
 // Walks the array `list`, the field `name` of an event (a path: "sites[2].frames"), calling
 // `each(fields&, index)` on each element in order. The first element that is not an object, or
 // for which `each` returns a reason, ends the walk with that reason; "" when all were read.
@@ -188,8 +187,8 @@ std::string for_each_object(const json& list, const std::string& name, Each&& ea
   return {};
 }
 
-// The first max_frames_kept frames of a site's `frames` (at `where`, "sites[2]."); what is wrong
-// with them goes to `parent`.
+// Validates a site's `frames` array (at `where`, "sites[2]."): [{address, function, file, line}],
+// innermost first. Returns the first max_frames_kept; what is wrong with them goes to `parent`.
 json frames_json(fields& parent, const json* frames, const std::string& where) {
   json out = json::array();
   if (frames == nullptr) { return out; }
