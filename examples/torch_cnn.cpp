@@ -16,13 +16,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-// The parts of the LibTorch front end this uses: <torch/torch.h> would do, at twice the compile time.
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/conv.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
-#include <torch/types.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>

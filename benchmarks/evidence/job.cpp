@@ -18,9 +18,7 @@
 #include <gpuguard/tracking.hpp>
 
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/cuda.h>
-#include <torch/types.h>
-#include <torch/utils.h>
+#include <torch/torch.h>
 
 #include <spawn.h>
 #include <sys/types.h>

@@ -13,12 +13,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/conv.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
-#include <torch/types.h>
+#include <torch/torch.h>
 
 #include <cstring>
 #include <string>

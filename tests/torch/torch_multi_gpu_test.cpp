@@ -6,7 +6,7 @@
 #include "gpu_test.hpp"
 
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/types.h>
+#include <torch/torch.h>
 
 namespace {
 
