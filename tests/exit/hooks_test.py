@@ -16,6 +16,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from procfs import alive, wait_until  # noqa: E402  (tests/support)
+
 CHILD, TRAP_CHILD, ROOT, CLI = sys.argv[1:5]
 # Set by a sanitizer build's test (scripts/sanitize.sh): "address,undefined" or "thread".
 SANITIZE = os.environ.get("GPUGUARD_TEST_SANITIZE", "")
@@ -299,19 +302,8 @@ check(run.markers().count("user-handler:segv") == 1, "the program's SIGSEGV hand
 crash_record(run, signal.SIGSEGV)
 
 # ---- children started with gpuguard::spawn end with their parent ----------------------------------
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(") ")[1][0] not in "ZX"
-    except OSError:
-        return False
-
-
 def gone_within(pid, seconds):
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not alive(pid)
+    return wait_until(lambda: not alive(pid), seconds, step=0.02)
 
 
 for how in ("exit", "SIGTERM", "SIGKILL"):

@@ -20,6 +20,9 @@ import textwrap
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from procfs import alive, stat as read_stat, wait_until  # noqa: E402  (tests/support)
+
 GPUGUARD = None
 FAKE_NVML = None
 ROOT = None
@@ -127,29 +130,9 @@ DAEMON = textwrap.dedent("""
 """)
 
 
-def read_stat(pid):
-    """(state, ppid, pgid, start_time) from /proc/PID/stat, or None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
-
-
-def alive(pid):
-    s = read_stat(pid)
-    return s is not None and s[0] not in ("Z", "X")
-
-
 def wait_for(predicate, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    if not wait_until(predicate, timeout, step=0.02):
+        raise AssertionError(f"timed out waiting for {what}")
 
 
 class doctor_test(unittest.TestCase):
@@ -167,7 +150,7 @@ class doctor_test(unittest.TestCase):
     def tearDown(self):
         for pid, start in self.orphans:
             s = read_stat(pid)
-            if s is not None and s[3] == start:   # the same process: never another one
+            if s is not None and s.start_time == start:   # the same process: never another one
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -238,13 +221,13 @@ class doctor_test(unittest.TestCase):
         if "subreaper" in mode:
             reaper = int(maker.stdout.readline())
         orphan = int(maker.stdout.readline())
-        self.orphans.append((orphan, read_stat(orphan)[3]))
+        self.orphans.append((orphan, read_stat(orphan).start_time))
         if reaper is None:
             maker.wait(timeout=10)   # Q exits: P goes to init (or the nearest subreaper above us)
         else:
             self.assertEqual(reaper, maker.pid)
-        wait_for(lambda: read_stat(orphan)[1] not in (0,) and read_stat(orphan)[1] != read_stat(orphan)[2]
-                 and (reaper is None or read_stat(orphan)[1] == reaper), "the orphan to be reparented")
+        wait_for(lambda: read_stat(orphan).ppid not in (0,) and read_stat(orphan).ppid != read_stat(orphan).pgid
+                 and (reaper is None or read_stat(orphan).ppid == reaper), "the orphan to be reparented")
         return orphan, (maker if reaper is not None else None)
 
     def start_job(self, shell_command, nworkers=2, mode="plain", **popen):
@@ -262,13 +245,13 @@ class doctor_test(unittest.TestCase):
         pids = [int(x) for x in script.stdout.readline().split()]
         self.assertEqual(len(pids), 1 + nworkers, pids)
         for pid in pids:
-            self.orphans.append((pid, read_stat(pid)[3]))
+            self.orphans.append((pid, read_stat(pid).start_time))
         return script, pids[0], pids[1:]
 
     def kill_main(self, main, workers):
         """SIGKILLs a job's main process and waits until its workers are reparented."""
         os.kill(main, signal.SIGKILL)
-        wait_for(lambda: all(read_stat(w)[1] != main for w in workers), "the workers to be reparented")
+        wait_for(lambda: all(read_stat(w).ppid != main for w in workers), "the workers to be reparented")
 
     # --- tests ----------------------------------------------------------------------------------
 
@@ -330,7 +313,7 @@ class doctor_test(unittest.TestCase):
         self.assertEqual(h["class"], "running")
         self.assertFalse(h["orphaned"])
         self.assertEqual(h["ppid"], os.getpid())
-        self.assertEqual(h["start_time"], read_stat(p.pid)[3])
+        self.assertEqual(h["start_time"], read_stat(p.pid).start_time)
         self.assertEqual(sorted(f["path"] for f in h["files"]), sorted(self.devices))
         self.assertEqual({f["fds"] for f in h["files"]}, {1})
         self.assertEqual(doc["holder_count"], 1)
@@ -351,7 +334,7 @@ class doctor_test(unittest.TestCase):
     def test_stopped_holder(self):
         p = self.start_holder()
         os.kill(p.pid, signal.SIGSTOP)
-        wait_for(lambda: read_stat(p.pid)[0] == "T", "the holder to stop")
+        wait_for(lambda: read_stat(p.pid).state == "T", "the holder to stop")
         h = self.holder_of(self.doctor_json(expect=1), p.pid)
         self.assertEqual(h["class"], "stopped")
         self.assertEqual(h["state"], "T")
@@ -361,7 +344,7 @@ class doctor_test(unittest.TestCase):
     def test_zombie(self):
         p = self.start_holder()
         p.send_signal(signal.SIGTERM)
-        wait_for(lambda: read_stat(p.pid)[0] == "Z", "the holder to become a zombie")
+        wait_for(lambda: read_stat(p.pid).state == "Z", "the holder to become a zombie")
         # A zombie holds no file: the scan does not list it ...
         self.assertEqual(self.doctor().returncode, 0)
         # ... but asked by PID, it is classified; and NVML can still list memory for it.
@@ -396,7 +379,7 @@ class doctor_test(unittest.TestCase):
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         self.children.append(p)
         self.assertEqual(p.stdout.readline().strip(), "ready")
-        wait_for(lambda: read_stat(p.pid)[0] == "Z", "the main thread to exit")
+        wait_for(lambda: read_stat(p.pid).state == "Z", "the main thread to exit")
         h = self.holder_of(self.doctor_json(expect=1), p.pid)
         self.assertEqual(h["class"], "running", h["why"])
         self.assertTrue(h["main_thread_exited"])
@@ -454,7 +437,7 @@ class doctor_test(unittest.TestCase):
 
     def test_reap_pid_forces_one_and_a_reused_pid_is_not_signalled(self):
         live = self.start_holder()
-        start = read_stat(live.pid)[3]
+        start = read_stat(live.pid).start_time
         # The PID as if reused since it was recorded: another start time. Not signalled.
         doc = self.doctor_json("--reap", "--grace", "0.2", "--pid", f"{live.pid}:{start + 7}", expect=1)
         h = self.holder_of(doc, live.pid)
@@ -582,13 +565,13 @@ class doctor_test(unittest.TestCase):
         # As Slurm batch scripts, CI and Docker entrypoints run a job: the main process is in the
         # script's process group, and the script lives on after it (here: sleeps).
         script, main, workers = self.start_job("$MAIN; sleep 600")
-        self.assertEqual(read_stat(main)[2], script.pid, "the main process is in the script's group")
+        self.assertEqual(read_stat(main).pgid, script.pid, "the main process is in the script's group")
         doc = self.doctor_json(expect=1)
         self.assertEqual(self.holder_of(doc, main)["class"], "running")
         for w in workers:
             self.assertFalse(self.holder_of(doc, w)["orphaned"], "a live job's worker")
         self.kill_main(main, workers)
-        self.assertEqual(read_stat(workers[0])[2], script.pid, "the script still leads the workers' group")
+        self.assertEqual(read_stat(workers[0]).pgid, script.pid, "the script still leads the workers' group")
         doc = self.doctor_json(expect=1)
         for w in workers:
             h = self.holder_of(doc, w)
@@ -605,7 +588,7 @@ class doctor_test(unittest.TestCase):
     def test_job_from_a_shell_with_job_control_main_killed(self):
         # set -m: each job gets a process group of its own, led by its main process.
         script, main, workers = self.start_job("set -m; $MAIN & wait; sleep 600")
-        self.assertEqual(read_stat(main)[2], main, "job control: the main process leads its group")
+        self.assertEqual(read_stat(main).pgid, main, "job control: the main process leads its group")
         self.assertEqual(self.holder_of(self.doctor_json(expect=1), main)["class"], "running")
         self.kill_main(main, workers)
         doc = self.doctor_json(expect=1)
@@ -638,11 +621,11 @@ class doctor_test(unittest.TestCase):
         script, main, workers = self.start_job("nohup $MAIN > nohup.out 2>&1 & sleep 0.2; cat nohup.out",
                                                mode="nohup")
         script.wait(timeout=10)
-        wait_for(lambda: read_stat(main)[1] != script.pid, "the main process to be reparented")
+        wait_for(lambda: read_stat(main).ppid != script.pid, "the main process to be reparented")
         alone, alone_main, _ = self.start_job("nohup $MAIN > alone.out 2>&1 & sleep 0.2; cat alone.out",
                                               nworkers=0, mode="nohup")
         alone.wait(timeout=10)
-        wait_for(lambda: read_stat(alone_main)[1] != alone.pid, "the lone job to be reparented")
+        wait_for(lambda: read_stat(alone_main).ppid != alone.pid, "the lone job to be reparented")
         doc = self.doctor_json(expect=1)
         h = self.holder_of(doc, main)
         self.assertEqual(h["class"], "running", h["why"])
@@ -662,10 +645,10 @@ class doctor_test(unittest.TestCase):
                                  cwd=self.dir)
         self.children.append(maker)
         daemon = int(maker.stdout.readline())
-        self.orphans.append((daemon, read_stat(daemon)[3]))
+        self.orphans.append((daemon, read_stat(daemon).start_time))
         maker.wait(timeout=10)
-        wait_for(lambda: read_stat(daemon)[1] != maker.pid, "the daemon to be reparented")
-        _, _, pgid, _ = read_stat(daemon)
+        wait_for(lambda: read_stat(daemon).ppid != maker.pid, "the daemon to be reparented")
+        pgid = read_stat(daemon).pgid
         self.assertNotEqual(pgid, daemon, "it leads nothing")
         h = self.holder_of(self.doctor_json(expect=1), daemon)
         self.assertEqual(h["class"], "running", h["why"])
@@ -694,7 +677,7 @@ class doctor_test(unittest.TestCase):
             self.skipTest("no Python interpreter that UID 65534 may run")
         self.children.append(maker)
         orphan = int(maker.stdout.readline())
-        self.orphans.append((orphan, read_stat(orphan)[3]))
+        self.orphans.append((orphan, read_stat(orphan).start_time))
         maker.wait(timeout=10)
         # Root sees it orphaned; UID 65533 cannot read its descriptors, so NVML's list names it.
         self.assertEqual(self.holder_of(self.doctor_json(expect=1), orphan)["class"], "orphaned")

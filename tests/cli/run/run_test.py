@@ -23,6 +23,9 @@ import termios
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from procfs import alive, stat as proc_stat, wait_until  # noqa: E402  (tests/support)
+
 GPUGUARD = FAKE_NVML = FAKE_PRELOAD = None
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_helper.py")
 PYTHON = sys.executable
@@ -30,23 +33,6 @@ RECORDED = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIG
 
 
 # ---- processes, from /proc --------------------------------------------------------------------
-
-def proc_stat(pid):
-    """(state, ppid, pgid, sid, comm) of pid, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    comm = text[text.index("(") + 1:text.rindex(")")]
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), comm
-
-
-def alive(pid):
-    s = proc_stat(pid)
-    return s is not None and s[0] not in ("Z", "X")
-
 
 def all_processes():
     for name in os.listdir("/proc"):
@@ -58,15 +44,6 @@ def all_processes():
 
 def children_of(pid):
     return [p for p, s in all_processes() if s[1] == pid]
-
-
-def wait_until(predicate, timeout, step=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def no_core():
@@ -120,7 +97,7 @@ class base(unittest.TestCase):
         return pids
 
     def anchor_of(self, supervisor):
-        found = [p for p in children_of(supervisor) if proc_stat(p)[4] == "gpuguard-anchor"]
+        found = [p for p in children_of(supervisor) if proc_stat(p).comm == "gpuguard-anchor"]
         self.assertEqual(len(found), 1, f"the supervisor {supervisor} should have one anchor child: {found}")
         self.to_kill.append(found[0])
         return found[0]
@@ -428,7 +405,7 @@ class teardown(base):
                                      "session_grandchild", "daemon"})
         for role, pid in pids.items():
             self.assertTrue(alive(pid), role)
-        self.assertNotEqual(proc_stat(pids["session_leader"])[3], proc_stat(pids["main"])[3], "setsid did not happen")
+        self.assertNotEqual(proc_stat(pids["session_leader"]).sid, proc_stat(pids["main"]).sid, "setsid did not happen")
         return p, pids, report
 
     def assert_all_gone(self, pids, roles=None):
@@ -638,7 +615,7 @@ class pid1(base):
         self.assertTrue(wait_until(lambda: len(children_of(p.pid)) == 1, 5))
         init = children_of(p.pid)[0]
         self.to_kill.append(init)
-        self.assertEqual(proc_stat(init)[4], "gpuguard")
+        self.assertEqual(proc_stat(init).comm, "gpuguard")
         with open(f"/proc/{init}/status") as f:
             nspid = next(l.split()[1:] for l in f if l.startswith("NSpid:"))
         self.assertEqual(nspid[-1], "1", "gpuguard is not PID 1 of its namespace")
@@ -649,7 +626,7 @@ class pid1(base):
                                   "sleep 1 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, timeout=10)
         self.assertEqual(entered.returncode, 0, entered.stderr)
         def adopted_by_init():  # any child of PID 1 but the anchor (it may not have exec'd sleep yet)
-            return [pid for pid in children_of(init) if (proc_stat(pid) or "?????")[4] != "gpuguard-anchor"]
+            return [pid for pid in children_of(init) if getattr(proc_stat(pid), "comm", None) != "gpuguard-anchor"]
         self.assertTrue(wait_until(lambda: len(adopted_by_init()) == 1, 2),
                         f"the entered process's orphan was not adopted by PID 1: {adopted_by_init()}")
         adopted = adopted_by_init()

@@ -20,19 +20,13 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from procfs import alive, wait_until  # noqa: E402  (tests/support)
+
 GPUGUARD = None
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_torch_job.py")
 ROLES = {"main", "helper", "worker0", "worker1"}
 GRACE = 2.0
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def holds(pid, device):
@@ -40,15 +34,6 @@ def holds(pid, device):
         return any(os.readlink(f"/proc/{pid}/fd/{fd}") == device for fd in os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return False
-
-
-def wait_until(predicate, timeout, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 class torch_job(unittest.TestCase):
