@@ -123,17 +123,11 @@ bool parse_seconds(const std::string& text, double& out, double min, double max)
   return true;
 }
 
+// Digits only (the process layer's number reader: no sign, no blanks, no overflow), at most `max`.
 template <typename T>
 bool parse_unsigned(const std::string& text, T& out, T max) {
-  if (text.empty() || text.size() > 20) { return false; }
   std::uint64_t v = 0;
-  for (const char c : text) {
-    if (c < '0' || c > '9') { return false; }
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (v > (UINT64_MAX - digit) / 10) { return false; }
-    v = v * 10 + digit;
-  }
-  if (v > static_cast<std::uint64_t>(max)) { return false; }
+  if (!gpuguard::detail::parse_number(text, v) || v > static_cast<std::uint64_t>(max)) { return false; }
   out = static_cast<T>(v);
   return true;
 }

@@ -97,9 +97,6 @@ constexpr usage_words words{"run", false, true};
 
 int usage_error(const std::string& message) { return cli::usage_error(words, message); }
 
-// The grace period: one range and one syntax for run and doctor (process/end.hpp).
-std::optional<std::int64_t> parse_grace(std::string_view text) { return detail::parse_grace_ms(text); }
-
 bool readable_file(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
 
 std::string directory_of(const std::string& path) {
@@ -159,7 +156,7 @@ constexpr detail::option_key<parsed_options> bool_item(std::string_view name, st
 constexpr detail::option_key<parsed_options> environment_keys[] = {
     {"grace",
      [](parsed_options& o, std::string_view value) {
-       const std::optional<std::int64_t> ms = parse_grace(value);
+       const std::optional<std::int64_t> ms = detail::parse_grace_ms(value);
        if (ms) { o.grace_ms = ms; }
        return ms.has_value();
      },
@@ -263,7 +260,7 @@ int run_main(int argc, char** argv) {
   if (no_cgroup) { opts.cgroup = false; }
   if (require_clean) { opts.require_clean = true; }
   if (grace_given->count() > 0) {
-    opts.grace_ms = parse_grace(grace);
+    opts.grace_ms = detail::parse_grace_ms(grace);
     if (!opts.grace_ms) {
       return usage_error("bad --grace value '" + grace + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
     }
