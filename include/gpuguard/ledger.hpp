@@ -139,8 +139,10 @@ GPUGUARD_API std::uint64_t untracked_frees() noexcept;
 /// threads allocate: it briefly holds every shard of the live table.
 GPUGUARD_API ledger_snapshot snapshot(bool with_live = false);
 
-/// Counters of one device (host: host_device_id), read without stopping other threads. Each
-/// field is exact; fields may be from instants a few nanoseconds apart.
+/// Counters of one device (host: host_device_id), each field exact. While the device's live bytes
+/// are kept per thread (docs/tracking.md, "The ledger") it holds every shard of the live table for
+/// a moment, as snapshot() does; otherwise it reads without stopping other threads, and fields
+/// may be from instants a few nanoseconds apart. Not for a signal handler.
 GPUGUARD_API counters device_counters(int device) noexcept;
 
 /// Starts a new phase: every device's and tag's phase peak becomes its current bytes. The global

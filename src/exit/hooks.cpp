@@ -247,7 +247,7 @@ void write_human(int fd) noexcept {
   out.put("[gpuguard] CRASH: ").put(signal_name(facts.sig)).put(" (code ").sdec(facts.code)
       .put(", address ").hex(facts.address).put(") in thread ").dec(static_cast<std::uint64_t>(facts.thread)).put("\n");
   for (int device = host_device_id; device < max_devices; ++device) {
-    const counters c = device_counters(device);
+    const counters c = detail::device_counters_unstopped(device);  // no lock: a crashing thread may hold one
     if (c.allocations == 0) { continue; }
     out.put("[gpuguard]   live on ");
     if (device == host_device_id) {
@@ -314,7 +314,7 @@ void write_mappings(signal_writer& out) noexcept {
 void write_live_devices(signal_writer& out) noexcept {
   bool first = true;
   for (int device = host_device_id; device < max_devices; ++device) {
-    const counters c = device_counters(device);
+    const counters c = detail::device_counters_unstopped(device);  // no lock: a crashing thread may hold one
     if (c.allocations == 0) { continue; }
     out.put(first ? "{\"device\":" : ",{\"device\":").sdec(device)
         .put(",\"live_bytes\":").dec(c.current_bytes).put(",\"live_count\":").dec(c.live_count())

@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include <pthread.h>
+#include <sched.h>
 
 
 namespace gpuguard {
@@ -44,18 +45,33 @@ namespace {
 //
 // A counter that every thread writes is a cache line that every thread's allocation pulls to its
 // own core. So each device's and tag's counters are split by what they need:
-// - live bytes and the peaks: one atomic per device (and per tag) that every allocation and free
-//   adds to. Its fetch_add orders all of that device's allocations and frees into one sequence,
-//   and the value it returns is the exact live bytes just after this allocation, so raising the
-//   peaks to it keeps every peak exact (the largest value that sequence ever reached). The peaks
-//   sit on the same line and are only written when they rise: in a steady state a load.
 // - allocations, frees and bytes ever allocated: per thread (thread_counts below), written by
 //   their owner without a locked instruction and summed when read. Sums of counts are exact
-//   whatever the order, so nothing is lost by splitting them; a peak is not a sum, which is why
-//   live bytes stay one atomic (a per-thread peak summed over threads would overstate it).
+//   whatever the order, so nothing is lost by splitting them.
+// - live bytes and the peaks. A peak is not a sum: each thread's own most, summed, would
+//   overstate it. Each device's and tag's live bytes are therefore in one of two modes.
+//   Shared: one atomic that every allocation and free adds to. Its fetch_add orders all of the
+//   counter's events into one sequence and returns the exact live bytes after each, so raising
+//   the peaks to it keeps them exact (the largest value that sequence reached). Every thread
+//   writes that line, and sixteen threads allocating at once take turns on it.
+//   Local: `current` is frozen as a base, and each thread's block holds its own part of the live
+//   bytes (its allocations minus its frees) and a ceiling that part may rise to without asking.
+//   The ceilings, the base and a pool of headroom not yet handed out always add up to the bound,
+//   the lowest figure an event must not pass unseen (the peak, the phase peak, an armed alert):
+//       base + sum of ceilings + pool = bound,  and every part <= its ceiling,
+//   so the live bytes, base + sum of parts, cannot pass the bound while the counter is local, and
+//   the peaks stay exact without any thread seeing the others' parts. An allocation within its
+//   thread's ceiling is a plain store to the thread's own block; past it, the thread takes
+//   headroom from the pool (a compare-and-swap); past the pool, it stops every thread that might
+//   change a part (it holds every shard of the live table: all parts and ceilings change only
+//   inside a shard's lock) and sums the parts, exactly. Then it either moves ceilings from threads
+//   that do not use them to itself, or, when this allocation makes a new peak, folds the parts
+//   into `current` and the counter is shared again. A shared counter goes local at a free that
+//   leaves an eighth of the bound or more as headroom, and only while the outputs' writer is
+//   stopped: the writer's samples, alerts and timeline need the live bytes after each event.
 
 struct alignas(64) live_counter {
-  std::atomic<std::size_t> current{0};
+  std::atomic<std::size_t> current{0};  // shared: the live bytes; local: the base
   std::atomic<std::size_t> peak{0};
   std::atomic<std::size_t> phase_peak{0};
   std::atomic<std::size_t> interval_peak{0};  // the writer thread's sampling interval
@@ -65,15 +81,24 @@ struct alignas(64) live_counter {
   std::atomic<std::size_t> alert_at{static_cast<std::size_t>(-1)};
   std::atomic<int> crossing_state{0};
   std::atomic<bool> used{false};  // ever allocated: set once, read by reports
+  std::atomic<bool> local{false};  // the mode; changed only while every shard is held
+  std::atomic<std::uint32_t> mode_changes{0};  // so a reader that holds no shard can tell
   std::size_t crossed_bytes = 0;      // written by the claimer before crossing_state becomes 2
   std::int64_t crossed_ns = 0;
+  // Local mode: headroom not yet in any thread's ceiling. Taken with compare-and-swap.
+  std::atomic<std::int64_t> pool{0};
+  // Stops of every thread in this local stretch (written while every shard is held), and how
+  // many stretches ended because threads kept taking ceilings from each other: each doubles the
+  // frees to wait before the counter tries local mode again.
+  std::uint32_t stops = 0;
+  std::atomic<std::uint32_t> backoff{0};
 
   static void raise_to(std::atomic<std::size_t>& max, std::size_t value) noexcept {
     std::size_t seen = max.load(std::memory_order_relaxed);
     while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
     }
   }
-  std::size_t add(std::size_t bytes) noexcept {  // returns the live bytes it left
+  std::size_t add(std::size_t bytes) noexcept {  // shared mode; returns the live bytes it left
     const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise_to(peak, now);
     raise_to(phase_peak, now);
@@ -89,28 +114,39 @@ struct alignas(64) live_counter {
     crossed_ns = detail::now_ns();
     crossing_state.store(2, std::memory_order_release);
   }
-  std::size_t remove(std::size_t bytes) noexcept {  // returns the live bytes it left
+  std::size_t remove(std::size_t bytes) noexcept {  // shared mode; returns the live bytes it left
     return current.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
   }
-  void reset_phase() noexcept {
-    phase_peak.store(current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  // The most the live bytes may reach while local: the lowest peak, and below an armed alert.
+  [[nodiscard]] std::size_t bound() const noexcept {
+    const std::size_t alert = alert_at.load(std::memory_order_relaxed);
+    return std::min({peak.load(std::memory_order_relaxed), phase_peak.load(std::memory_order_relaxed),
+                     alert == 0 ? 0 : alert - 1});
   }
   void clear() noexcept {
     for (auto* value : {&current, &peak, &phase_peak, &interval_peak}) {
       value->store(0, std::memory_order_relaxed);
     }
     used.store(false, std::memory_order_relaxed);
+    local.store(false, std::memory_order_relaxed);
+    pool.store(0, std::memory_order_relaxed);
+    stops = 0;
+    backoff.store(0, std::memory_order_relaxed);
   }
   [[nodiscard]] bool ever_used() const noexcept { return used.load(std::memory_order_relaxed); }
 };
 
 // Counts of one device or tag in one thread's block. Written by one thread at a time (the block's
 // owner, or under the fallback below with fetch_add), read by any: relaxed atomics, so a reader
-// sees each value whole.
+// sees each value whole. The last three are the block's part of a local counter (see above):
+// written by the owner inside a shard's lock, or by a thread that holds every shard.
 struct event_counts {
   std::atomic<std::uint64_t> total{0};
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
+  std::atomic<std::int64_t> part{0};     // allocated minus freed by this block while local
+  std::atomic<std::int64_t> ceiling{0};  // the most `part` may reach without asking
+  std::atomic<std::int64_t> high{0};     // the most `part` reached in this local stretch
 };
 
 using detail::device_slot_of;
@@ -143,14 +179,14 @@ void bump(std::atomic<std::uint64_t>& value, std::uint64_t by, bool shared) noex
   }
 }
 
-void count_allocation(detail::thread_counts& counts, int slot, tag_id tag, std::size_t bytes) noexcept {
+__attribute__((always_inline)) inline void count_allocation(detail::thread_counts& counts, int slot, tag_id tag, std::size_t bytes) noexcept {
   for (event_counts* c : {&counts.devices[static_cast<std::size_t>(slot)], &counts.tags[tag]}) {
     bump(c->allocations, 1, counts.shared);
     bump(c->total, bytes, counts.shared);
   }
 }
 
-void count_free(detail::thread_counts& counts, int slot, tag_id tag) noexcept {
+__attribute__((always_inline)) inline void count_free(detail::thread_counts& counts, int slot, tag_id tag) noexcept {
   bump(counts.devices[static_cast<std::size_t>(slot)].frees, 1, counts.shared);
   bump(counts.tags[tag].frees, 1, counts.shared);
 }
@@ -173,6 +209,15 @@ tag_table& tags() {
 }
 
 thread_local detail::thread_state this_thread;
+
+// The calling thread's state, looked up once. In a shared library a thread_local's address comes
+// from a call (__tls_get_addr), and GCC makes that call again at each later use rather than keep
+// the address in a register: the empty asm hides where the pointer came from, so it is kept.
+__attribute__((always_inline)) inline detail::thread_state& this_thread_once() noexcept {
+  detail::thread_state* mine = &this_thread;
+  asm("" : "+r"(mine));  // NOLINT(hicpp-no-assembler)
+  return *mine;
+}
 
 // ---- per-site totals ----------------------------------------------------------------------------
 
@@ -227,10 +272,16 @@ struct spin_mutex {
   bool try_lock() noexcept { return !locked.exchange(true, std::memory_order_acquire); }
   void lock() noexcept {
     while (locked.exchange(true, std::memory_order_acquire)) {
-      while (locked.load(std::memory_order_relaxed)) {
+      // Critical sections are short: spin a while, then give the core away, in case the holder
+      // is a thread that lost its core (more threads than cores, or a stop of every thread).
+      for (unsigned spins = 0; locked.load(std::memory_order_relaxed); ++spins) {
+        if (spins < 128) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+          __builtin_ia32_pause();
 #endif
+        } else {
+          sched_yield();
+        }
       }
     }
   }
@@ -268,6 +319,8 @@ struct ledger_state {
   // In a child made by fork(): records up to this sequence are the parent's (see forget_parent).
   std::atomic<std::uint64_t> inherited_through{0};
   std::atomic<std::uint32_t> next_thread{0};
+  // Holders that need every counter shared (the outputs' writer while it runs).
+  std::atomic<int> shared_holds{0};
   std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
   std::atomic<std::uint32_t> stack_sample{64};
   std::atomic<std::uint32_t> stack_depth{16};
@@ -309,6 +362,7 @@ void forget_parent_in_forked_child() noexcept {
        block = block->next) {
     const auto zero = [](event_counts& c) {
       for (auto* value : {&c.total, &c.allocations, &c.frees}) { value->store(0, std::memory_order_relaxed); }
+      for (auto* value : {&c.part, &c.ceiling, &c.high}) { value->store(0, std::memory_order_relaxed); }
     };
     for (event_counts& c : block->devices) { zero(c); }
     for (event_counts& c : block->tags) { zero(c); }
@@ -403,38 +457,6 @@ std::uint64_t next_sequence(detail::thread_state& mine) noexcept {
   return mine.sequence_next++;
 }
 
-// The counters of one device slot or tag: live bytes and peaks from their atomic, counts summed
-// over every thread's block.
-template <typename Select>
-counters read_counters(const live_counter& live, Select select) noexcept {
-  counters c;
-  c.current_bytes = live.current.load(std::memory_order_relaxed);
-  c.peak_bytes = live.peak.load(std::memory_order_relaxed);
-  c.phase_peak_bytes = live.phase_peak.load(std::memory_order_relaxed);
-  for (const detail::thread_counts* block = state().thread_counts.load(std::memory_order_acquire);
-       block != nullptr; block = block->next) {
-    const event_counts& e = select(*block);
-    c.total_bytes += e.total.load(std::memory_order_relaxed);
-    c.allocations += e.allocations.load(std::memory_order_relaxed);
-    c.frees += e.frees.load(std::memory_order_relaxed);
-  }
-  return c;
-}
-
-counters read_device(int slot) noexcept {
-  return read_counters(state().devices[static_cast<std::size_t>(slot)],
-                       [slot](const detail::thread_counts& b) -> const event_counts& {
-                         return b.devices[static_cast<std::size_t>(slot)];
-                       });
-}
-
-counters read_tag(int tag) noexcept {
-  return read_counters(state().tag_counters[static_cast<std::size_t>(tag)],
-                       [tag](const detail::thread_counts& b) -> const event_counts& {
-                         return b.tags[static_cast<std::size_t>(tag)];
-                       });
-}
-
 shard& shard_for(std::uint64_t hash) noexcept {
   return state().shards[hash >> (64 - shard_bits)];
 }
@@ -489,8 +511,286 @@ void erase(shard& s, allocation_record* slot) noexcept {
       hole = i;
     }
   }
-  s.slots[hole] = allocation_record{};
+  s.slots[hole].ptr = nullptr;  // empty; the other fields are written again before they are read
   --s.used;
+}
+
+// ---- live bytes: shared and local mode (see "counters" at the top) ------------------------------
+
+// One device's or tag's counter, and where its part sits in each thread's block.
+struct counter_ref {
+  live_counter& counter;
+  bool is_tag;
+  std::size_t index;
+  [[nodiscard]] event_counts& in(detail::thread_counts& block) const noexcept {
+    return is_tag ? block.tags[index] : block.devices[index];
+  }
+  [[nodiscard]] bool local() const noexcept { return counter.local.load(std::memory_order_relaxed); }
+};
+
+__attribute__((always_inline)) inline counter_ref device_ref(int slot, ledger_state& st = state()) noexcept {
+  return {st.devices[static_cast<std::size_t>(slot)], false, static_cast<std::size_t>(slot)};
+}
+__attribute__((always_inline)) inline
+counter_ref tag_ref(std::size_t tag, ledger_state& st = state()) noexcept {
+  return {st.tag_counters[tag], true, tag};
+}
+
+template <typename Visit>
+void each_block(Visit visit) noexcept {
+  for (detail::thread_counts* block = state().thread_counts.load(std::memory_order_acquire); block != nullptr;
+       block = block->next) {
+    visit(*block);
+  }
+}
+
+// Holds every shard of the live table, in order: no part, ceiling or mode changes meanwhile, and
+// the table and the counters are of one instant. The caller holds no shard.
+class all_shards {
+ public:
+  all_shards() noexcept {
+    for (shard& s : state().shards) { s.mutex.lock(); }
+  }
+  all_shards(const all_shards&) = delete;
+  all_shards& operator=(const all_shards&) = delete;
+  all_shards(all_shards&&) = delete;
+  all_shards& operator=(all_shards&&) = delete;
+  ~all_shards() {
+    for (shard& s : state().shards) { s.mutex.unlock(); }
+  }
+};
+
+// The live bytes of a counter. Exact while every shard is held, or for a shared counter;
+// otherwise (a local counter read without stopping anyone) each part is read whole but the sum
+// may mix instants.
+std::size_t live_bytes(const counter_ref& r) noexcept {
+  const auto base = r.counter.current.load(std::memory_order_relaxed);
+  if (!r.local()) { return base; }
+  auto live = static_cast<std::int64_t>(base);
+  each_block([&](detail::thread_counts& block) { live += r.in(block).part.load(std::memory_order_relaxed); });
+  return live > 0 ? static_cast<std::size_t>(live) : 0;
+}
+
+// The counters of one device slot or tag: live bytes and peaks from the counter, counts summed
+// over every thread's block.
+counters read_counters(const counter_ref& r) noexcept {
+  counters c;
+  c.current_bytes = live_bytes(r);
+  c.peak_bytes = r.counter.peak.load(std::memory_order_relaxed);
+  c.phase_peak_bytes = r.counter.phase_peak.load(std::memory_order_relaxed);
+  each_block([&](detail::thread_counts& block) {
+    const event_counts& e = r.in(block);
+    c.total_bytes += e.total.load(std::memory_order_relaxed);
+    c.allocations += e.allocations.load(std::memory_order_relaxed);
+    c.frees += e.frees.load(std::memory_order_relaxed);
+  });
+  return c;
+}
+
+counters read_device(int slot) noexcept { return read_counters(device_ref(slot)); }
+counters read_tag(int tag) noexcept { return read_counters(tag_ref(static_cast<std::size_t>(tag))); }
+
+// Inside a shard's lock, by the block's owner. Room for `bytes` more in its part: within its
+// ceiling, or with headroom taken from the pool. Gives the part it would then have; false, having
+// added nothing, when neither has room.
+__attribute__((always_inline)) inline bool room_for(live_counter& c, event_counts& mine, std::size_t bytes,
+                                                    std::int64_t& part_after) noexcept {
+  part_after = mine.part.load(std::memory_order_relaxed) + static_cast<std::int64_t>(bytes);
+  const std::int64_t ceiling = mine.ceiling.load(std::memory_order_relaxed);
+  if (part_after <= ceiling) { return true; }
+  const std::int64_t need = part_after - ceiling;
+  std::int64_t pool = c.pool.load(std::memory_order_relaxed);
+  while (pool >= need) {
+    // A quarter of what is left as well: a thread that keeps growing comes back seldom.
+    const std::int64_t grant = need + (pool - need) / 4;
+    if (c.pool.compare_exchange_weak(pool, pool - grant, std::memory_order_relaxed)) {
+      mine.ceiling.store(ceiling + grant, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+__attribute__((always_inline)) inline bool room_for(live_counter& c, event_counts& mine, std::size_t bytes) noexcept {
+  std::int64_t part_after = 0;
+  return room_for(c, mine, bytes, part_after);
+}
+
+// An allocation's add to one counter, decided inside the shard's lock before anything changes:
+// to the shared atomic (part == nullptr), or to the thread's part, which becomes `after`.
+struct planned_add {
+  event_counts* part = nullptr;
+  std::int64_t after = 0;
+};
+
+// Plans an allocation's add by `block`'s thread without stopping the others; false when a local
+// counter has no room. The fallback block, which several threads may write at once, never has
+// room while local.
+__attribute__((always_inline)) inline bool plan_add(const counter_ref& r, detail::thread_counts& block,
+                                                    std::size_t bytes, planned_add& plan) noexcept {
+  if (!r.local()) { return true; }
+  if (block.shared) { return false; }
+  event_counts& e = r.in(block);
+  if (!room_for(r.counter, e, bytes, plan.after)) { return false; }
+  plan.part = &e;
+  return true;
+}
+
+// Carries out a planned add; returns the live bytes it left for a shared counter, unknown_size
+// for a local one.
+__attribute__((always_inline)) inline std::size_t add_planned(const counter_ref& r, const planned_add& plan,
+                                                              std::size_t bytes) noexcept {
+  if (plan.part == nullptr) { return r.counter.add(bytes); }
+  plan.part->part.store(plan.after, std::memory_order_relaxed);  // the owner is the only writer
+  if (plan.after > plan.part->high.load(std::memory_order_relaxed)) {
+    plan.part->high.store(plan.after, std::memory_order_relaxed);
+  }
+  return unknown_size;
+}
+
+// Adds an allocation with every shard held, room made (make_room_stopped). Returns the live bytes
+// it left for a shared counter, unknown_size for a local one (knowing them would mean reading
+// every thread's part).
+__attribute__((always_inline)) inline
+std::size_t add_bytes(const counter_ref& r, detail::thread_counts& block, std::size_t bytes) noexcept {
+  if (!r.local()) { return r.counter.add(bytes); }
+  event_counts& e = r.in(block);
+  const auto added = static_cast<std::int64_t>(bytes);
+  std::int64_t part = e.part.load(std::memory_order_relaxed) + added;
+  if (block.shared) {
+    part = e.part.fetch_add(added, std::memory_order_relaxed) + added;
+  } else {
+    e.part.store(part, std::memory_order_relaxed);  // the owner is the only writer
+  }
+  if (part > e.high.load(std::memory_order_relaxed)) { e.high.store(part, std::memory_order_relaxed); }
+  return unknown_size;
+}
+
+__attribute__((always_inline)) inline
+std::size_t remove_bytes(const counter_ref& r, detail::thread_counts& block, std::size_t bytes) noexcept {
+  if (!r.local()) { return r.counter.remove(bytes); }
+  event_counts& e = r.in(block);
+  if (block.shared) {
+    e.part.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  } else {
+    e.part.store(e.part.load(std::memory_order_relaxed) - static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  }
+  return unknown_size;
+}
+
+void note_mode_change(live_counter& c, bool local) noexcept {
+  c.mode_changes.fetch_add(1, std::memory_order_release);
+  c.local.store(local, std::memory_order_relaxed);
+}
+
+// Every shard held. Folds the parts into `current` (the exact live bytes) and makes the counter
+// shared.
+void go_shared(const counter_ref& r) noexcept {
+  if (!r.local()) { return; }
+  r.counter.current.store(live_bytes(r), std::memory_order_relaxed);
+  each_block([&](detail::thread_counts& block) {
+    event_counts& e = r.in(block);
+    for (auto* value : {&e.part, &e.ceiling, &e.high}) { value->store(0, std::memory_order_relaxed); }
+  });
+  r.counter.pool.store(0, std::memory_order_relaxed);
+  note_mode_change(r.counter, false);
+}
+
+// Every shard held. Makes a shared counter local when no holder needs it shared and its live
+// bytes leave an eighth of the bound or more as headroom: all of it goes to the pool.
+void go_local(const counter_ref& r) noexcept {
+  live_counter& c = r.counter;
+  if (r.local() || state().shared_holds.load(std::memory_order_relaxed) > 0) { return; }
+  const std::size_t live = c.current.load(std::memory_order_relaxed);
+  const std::size_t bound = c.bound();
+  if (bound <= live || bound - live < bound / 8) { return; }
+  // Every part is zero here: go_shared left them so, and shared mode does not touch them.
+  c.stops = 0;
+  c.pool.store(static_cast<std::int64_t>(bound - live), std::memory_order_relaxed);
+  note_mode_change(c, true);
+}
+
+// Stops of every thread one local stretch may take to move ceilings between threads; past them
+// the counter goes shared, and waits longer before it tries local mode again.
+constexpr std::uint32_t max_stops = 64;
+
+// Every shard held, for an allocation of `bytes` by `block`'s thread that plan_add refused.
+// Makes room for it: each thread keeps a ceiling as high as its part has been in this local
+// stretch and the rest goes back to the pool; if that is not enough, every ceiling comes down to
+// its part (and the stretch's highs start again). If the allocation takes the live bytes past the
+// bound, or the threads keep taking room from each other, the counter is made shared.
+void make_room_stopped(const counter_ref& r, detail::thread_counts& block, std::size_t bytes) noexcept {
+  live_counter& c = r.counter;
+  if (!r.local() || (!block.shared && room_for(c, r.in(block), bytes))) { return; }
+  const auto base = static_cast<std::int64_t>(c.current.load(std::memory_order_relaxed));
+  const auto live = static_cast<std::int64_t>(live_bytes(r));
+  const auto bound = static_cast<std::int64_t>(c.bound());
+  const auto wanted = static_cast<std::int64_t>(bytes);
+  if (live + wanted > bound) {  // a new peak
+    go_shared(r);
+    return;
+  }
+  if (++c.stops > max_stops) {
+    c.backoff.store(c.backoff.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    go_shared(r);
+    return;
+  }
+  event_counts& mine = r.in(block);
+  for (const bool to_parts : {false, true}) {
+    std::int64_t ceilings = 0;
+    each_block([&](detail::thread_counts& b) {
+      event_counts& e = r.in(b);
+      const std::int64_t part = e.part.load(std::memory_order_relaxed);
+      const std::int64_t keep = to_parts ? part : std::max(part, e.high.load(std::memory_order_relaxed));
+      e.ceiling.store(keep, std::memory_order_relaxed);
+      if (to_parts) { e.high.store(part, std::memory_order_relaxed); }
+      ceilings += keep;
+    });
+    c.pool.store(bound - base - ceilings, std::memory_order_relaxed);
+    if (block.shared) {
+      // Several threads write the fallback block: its ceiling is raised by exactly this allocation.
+      if (c.pool.load(std::memory_order_relaxed) >= wanted) {
+        c.pool.fetch_sub(wanted, std::memory_order_relaxed);
+        mine.ceiling.fetch_add(wanted, std::memory_order_relaxed);
+        return;
+      }
+    } else if (room_for(c, mine, bytes)) {
+      return;
+    }
+  }
+  go_shared(r);  // not reached: with every ceiling at its part the pool is bound - live >= bytes
+}
+
+// Frees a thread makes of shared counters before it next looks at going local, doubled by each
+// local stretch of the device that ended in threads taking room from each other (at most 64
+// times as many).
+constexpr std::uint32_t go_local_wait = 1024;
+
+// After a free of a shared device or tag (outside every lock; `device_live` is the device's live
+// bytes after it, unknown_size if the device is local): now and then, if the device or the tag
+// has headroom, stops every thread and makes them local.
+void maybe_go_local(detail::thread_state& mine, int slot, tag_id tag, std::size_t device_live) noexcept {
+  if (mine.go_local_wait > 0) {
+    --mine.go_local_wait;
+    return;
+  }
+  ledger_state& st = state();
+  const counter_ref device = device_ref(slot);
+  const counter_ref tagged = tag_ref(tag);
+  const std::uint32_t backoff = device.counter.backoff.load(std::memory_order_relaxed);
+  mine.go_local_wait = go_local_wait << std::min<std::uint32_t>(backoff, 6);
+  if (st.shared_holds.load(std::memory_order_relaxed) > 0) { return; }
+  const auto headroom = [](const live_counter& c, std::size_t live) {
+    const std::size_t bound = c.bound();
+    return bound > live && bound - live >= bound / 8;
+  };
+  const bool device_may = device_live != unknown_size && !device.local() && headroom(device.counter, device_live);
+  const bool tag_may =
+      !tagged.local() && headroom(tagged.counter, tagged.counter.current.load(std::memory_order_relaxed));
+  if (!device_may && !tag_may) { return; }
+  const all_shards stopped;
+  go_local(device);
+  go_local(tagged);
 }
 
 }  // namespace
@@ -592,34 +892,50 @@ void report_misuse(const misuse_report& m) noexcept {
 
 // ---- recording ----------------------------------------------------------------------------------
 
-void record_allocation(const allocation_event& event) noexcept {
-  if (event.ptr == nullptr) { return; }
-  ledger_state& st = state();
-  detail::thread_state& mine = this_thread;
-  const tag_id tag = mine.tag;
-  const std::uint32_t thread = detail::thread_id(mine);
-  const std::int64_t ticks = now_ticks();
-  const site_id site = maybe_capture_site();
-  const std::uint64_t sequence = next_sequence(mine);
-  if (site != no_site) { count_site(site, event.bytes); }
-  detail::thread_counts& counts = counts_of(mine);
-  const int slot = device_slot_of(event.device);
+namespace {
 
-  const std::uint64_t hash = mix(event.ptr);
-  shard& s = shard_for(hash);
-  const std::lock_guard<spin_mutex> lock(s.mutex);
-  allocation_record* record = find(s, event.ptr, hash);
-  if (record != nullptr) {
-    // The upstream handed out a live address again: the earlier block was freed behind the
-    // tracker's back. Count it as freed so the counters stay true.
-    if (!inherited(st, *record)) {
-      st.devices[device_slot_of(record->device)].remove(record->bytes);
-      st.tag_counters[record->tag].remove(record->bytes);
-      count_free(counts, device_slot_of(record->device), record->tag);
-    }
-  } else {
-    if (!reserve_one(s)) { return; }  // out of memory: this allocation goes untracked
-    record = &insert(s, hash);
+// What record_allocation knows before it takes a lock.
+struct new_allocation {
+  const allocation_event& event;
+  tag_id tag;
+  std::uint32_t thread;
+  std::int64_t ticks;
+  site_id site;
+  std::uint64_t sequence;
+  std::uint64_t hash;
+};
+
+// Records an allocation into shard `s`, whose lock the caller holds, or with every shard held
+// (`stopped`). Without `stopped`, returns false, having recorded nothing, when a local counter
+// has no room for it in this thread's ceiling or the pool.
+__attribute__((always_inline)) inline
+bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, detail::thread_state& mine,
+                          detail::thread_counts& counts, bool stopped) noexcept {
+  const allocation_event& event = a.event;
+  const int slot = device_slot_of(event.device);
+  const counter_ref device = device_ref(slot, st);
+  const counter_ref tagged = tag_ref(a.tag, st);
+  allocation_record* record = find(s, event.ptr, a.hash);
+  // The upstream handed out a live address again: the earlier block was freed behind the
+  // tracker's back. It is counted as freed so the counters stay true.
+  const bool replaces = record != nullptr && !inherited(st, *record);
+  planned_add device_add;
+  planned_add tag_add;
+  if (stopped) {
+    make_room_stopped(device, counts, event.bytes);
+    make_room_stopped(tagged, counts, event.bytes);
+  } else if ((replaces && (device_ref(device_slot_of(record->device), st).local() ||
+                           tag_ref(record->tag, st).local())) ||
+             !plan_add(device, counts, event.bytes, device_add) || !plan_add(tagged, counts, event.bytes, tag_add)) {
+    return false;
+  }
+  if (replaces) {
+    remove_bytes(device_ref(device_slot_of(record->device), st), counts, record->bytes);
+    remove_bytes(tag_ref(record->tag, st), counts, record->bytes);
+    count_free(counts, device_slot_of(record->device), record->tag);
+  } else if (record == nullptr) {
+    if (!reserve_one(s)) { return true; }  // out of memory: this allocation goes untracked
+    record = &insert(s, a.hash);
   }
   // Field by field into the table: a record built on the stack and copied in whole is read back
   // in 16-byte pieces just after its narrower fields were stored, which stalls the copy.
@@ -628,22 +944,57 @@ void record_allocation(const allocation_event& event) noexcept {
   record->device = event.device;
   record->stream = event.stream;
   record->kind = event.kind;
-  record->tag = tag;
-  record->thread = thread;
-  record->time_ns = ticks;  // raw: the snapshot converts
-  record->site = site;
-  record->sequence = sequence;
+  record->tag = a.tag;
+  record->thread = a.thread;
+  record->time_ns = a.ticks;  // raw: the snapshot converts
+  record->site = a.site;
+  record->sequence = a.sequence;
   // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
   // and the live table of one instant.
-  const std::size_t live = st.devices[static_cast<std::size_t>(slot)].add(event.bytes);
-  st.tag_counters[tag].add(event.bytes);
-  detail::note_mem_event(true, *record, live, thread, ticks);  // under the lock: queued before its free
-  count_allocation(counts, slot, tag, event.bytes);
+  const std::size_t live =
+      stopped ? add_bytes(device, counts, event.bytes) : add_planned(device, device_add, event.bytes);
+  if (stopped) {
+    add_bytes(tagged, counts, event.bytes);
+  } else {
+    add_planned(tagged, tag_add, event.bytes);
+  }
+  detail::note_mem_event(true, *record, live, a.thread, a.ticks);  // under the lock: queued before its free
+  count_allocation(counts, slot, a.tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
   ++memory.allocations;
   memory.net += static_cast<std::int64_t>(event.bytes);
   if (memory.net > memory.peak) { memory.peak = memory.net; }
+  return true;
+}
+
+// The slow path, out of line so that the fast one stays small: a local counter had no room, so
+// every thread is stopped while it is made.
+__attribute__((noinline)) void record_allocation_stopped(ledger_state& st, shard& s, const new_allocation& a,
+                                                         detail::thread_state& mine,
+                                                         detail::thread_counts& counts) noexcept {
+  const all_shards stopped;
+  record_allocation_in(st, s, a, mine, counts, true);
+}
+
+}  // namespace
+
+void record_allocation(const allocation_event& event) noexcept {
+  if (event.ptr == nullptr) { return; }
+  ledger_state& st = state();
+  detail::thread_state& mine = this_thread_once();
+  const std::uint32_t thread = detail::thread_id(mine);
+  const std::int64_t ticks = now_ticks();
+  const site_id site = maybe_capture_site();
+  const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), mix(event.ptr)};
+  if (site != no_site) { count_site(site, event.bytes); }
+  detail::thread_counts& counts = counts_of(mine);
+  shard& s = shard_for(a.hash);
+  {
+    const std::lock_guard<spin_mutex> lock(s.mutex);
+    if (record_allocation_in(st, s, a, mine, counts, false)) { return; }
+  }
+  record_allocation_stopped(st, s, a, mine, counts);
 }
 
 namespace {
@@ -661,8 +1012,12 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   // stacks=all: a capture per free would undo what sampling saves.
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
   const site_id freed_at = capture ? capture_site_now() : no_site;
-  detail::thread_state& mine = this_thread;
+  detail::thread_state& mine = this_thread_once();
   detail::thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
+  int freed_slot = 0;
+  tag_id freed_tag = untagged;
+  std::size_t freed_live = unknown_size;  // the device's live bytes after the free, if it was shared
+  bool look_at_local = false;             // the device or the tag was shared
   {
     const std::lock_guard<spin_mutex> lock(s.mutex);
     if (allocation_record* slot = find(s, ptr, hash)) {
@@ -685,9 +1040,13 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       }
       s.recent[s.recent_next++ % recent_free_count] =
           recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
-      const std::size_t live = st.devices[device_slot_of(slot->device)].remove(slot->bytes);
-      st.tag_counters[slot->tag].remove(slot->bytes);
-      count_free(counts, device_slot_of(slot->device), slot->tag);
+      freed_slot = device_slot_of(slot->device);
+      freed_tag = slot->tag;
+      const std::size_t live = remove_bytes(device_ref(freed_slot, st), counts, slot->bytes);
+      const std::size_t tag_live = remove_bytes(tag_ref(freed_tag, st), counts, slot->bytes);
+      freed_live = live;
+      look_at_local = live != unknown_size || tag_live != unknown_size;
+      count_free(counts, freed_slot, freed_tag);
       detail::note_mem_event(false, *slot, live, detail::thread_id(mine), -1);
       detail::thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
@@ -716,6 +1075,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
     }
   }
   for (int i = 0; i < misuse_count; ++i) { report_misuse(misuses[i]); }
+  if (look_at_local) { maybe_go_local(mine, freed_slot, freed_tag, freed_live); }
   return result;
 }
 
@@ -748,30 +1108,31 @@ ledger_snapshot snapshot(bool with_live) {
     }
     live.reserve(estimate + estimate / 4 + 16);  // allocate before taking the locks
   }
-  for (shard& s : st.shards) { s.mutex.lock(); }
-  for (int i = 0; i < device_slots; ++i) {
-    device_used[i] = st.devices[i].ever_used();
-    if (device_used[i]) { devices[i] = read_device(i); }
-  }
-  for (int i = 0; i < max_tags; ++i) {
-    tag_used[i] = st.tag_counters[i].ever_used();
-    if (tag_used[i]) { tag_values[i] = read_tag(i); }
-  }
-  snap.misuse = misuse();
   bool live_complete = true;
-  if (with_live) {
-    for (const shard& s : st.shards) {
-      for (const allocation_record& record : s.slots) {
-        if (record.ptr == nullptr || inherited(st, record)) { continue; }
-        if (live.size() == live.capacity()) {
-          live_complete = false;  // never reallocate under the locks
-          break;
+  {
+    const all_shards stopped;
+    for (int i = 0; i < device_slots; ++i) {
+      device_used[i] = st.devices[i].ever_used();
+      if (device_used[i]) { devices[i] = read_device(i); }
+    }
+    for (int i = 0; i < max_tags; ++i) {
+      tag_used[i] = st.tag_counters[i].ever_used();
+      if (tag_used[i]) { tag_values[i] = read_tag(i); }
+    }
+    snap.misuse = misuse();
+    if (with_live) {
+      for (const shard& s : st.shards) {
+        for (const allocation_record& record : s.slots) {
+          if (record.ptr == nullptr || inherited(st, record)) { continue; }
+          if (live.size() == live.capacity()) {
+            live_complete = false;  // never reallocate under the locks
+            break;
+          }
+          live.push_back(record);
         }
-        live.push_back(record);
       }
     }
   }
-  for (shard& s : st.shards) { s.mutex.unlock(); }
   if (!live_complete) { return snapshot(true); }  // the live set grew between estimate and lock
   for (allocation_record& record : live) { record.time_ns = ticks_to_ns(record.time_ns); }
 
@@ -788,15 +1149,52 @@ ledger_snapshot snapshot(bool with_live) {
   return snap;
 }
 
-counters device_counters(int device) noexcept { return read_device(device_slot_of(device)); }
+counters device_counters(int device) noexcept {
+  const counter_ref r = device_ref(device_slot_of(device));
+  // A shared counter's live bytes are one atomic: read as they are, unless the mode changed
+  // meanwhile. A local one's are a sum of every thread's part, exact only with everyone stopped.
+  const std::uint32_t before = r.counter.mode_changes.load(std::memory_order_acquire);
+  if (!r.local()) {
+    const counters c = read_counters(r);
+    if (r.counter.mode_changes.load(std::memory_order_acquire) == before) { return c; }
+  }
+  const all_shards stopped;
+  return read_counters(r);
+}
+
+counters detail::device_counters_unstopped(int device) noexcept {
+  return read_counters(device_ref(device_slot_of(device)));
+}
 
 void reset_phase_peak() noexcept {
-  ledger_state& st = state();
-  for (shard& s : st.shards) { s.mutex.lock(); }
-  for (live_counter& c : st.devices) { c.reset_phase(); }
-  for (live_counter& c : st.tag_counters) { c.reset_phase(); }
-  for (shard& s : st.shards) { s.mutex.unlock(); }
+  const all_shards stopped;
+  // A phase peak set to the live bytes leaves no headroom: every counter goes shared.
+  const auto reset = [](const counter_ref& r) {
+    go_shared(r);
+    r.counter.phase_peak.store(r.counter.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  for (int slot = 0; slot < device_slots; ++slot) { reset(device_ref(slot)); }
+  for (std::size_t tag = 0; tag < max_tags; ++tag) { reset(tag_ref(tag)); }
 }
+
+void detail::hold_shared_counters(bool hold) noexcept {
+  ledger_state& st = state();
+  if (!hold) {
+    st.shared_holds.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
+  st.shared_holds.fetch_add(1, std::memory_order_relaxed);
+  const all_shards stopped;
+  const auto share = [](const counter_ref& r) {
+    go_shared(r);
+    // Interval peaks count from here: while local they were not kept.
+    r.counter.interval_peak.store(r.counter.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  for (int slot = 0; slot < device_slots; ++slot) { share(device_ref(slot)); }
+  for (std::size_t tag = 0; tag < max_tags; ++tag) { share(tag_ref(tag)); }
+}
+
+bool detail::counter_is_local(int device) noexcept { return device_ref(device_slot_of(device)).local(); }
 
 misuse_counts misuse() noexcept {
   const ledger_state& st = state();

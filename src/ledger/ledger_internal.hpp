@@ -45,6 +45,7 @@ struct thread_state {
   thread_counts* counts = nullptr;     ///< the thread's counts; claimed on its first record
   std::uint64_t sequence_next = 0;     ///< the next sequence number of the thread's block
   std::uint64_t sequence_end = 0;      ///< one past the block's last
+  std::uint32_t go_local_wait = 0;     ///< frees of shared counters before the next look at local mode
 };
 
 thread_state& this_thread_state() noexcept;
@@ -73,6 +74,19 @@ const char* clock_name() noexcept;
 
 /// Devices (host: host_device_id) that ever recorded an allocation, ascending.
 std::vector<int> active_devices();
+
+/// device_counters without stopping any thread, for the crash handler: each field read whole, but
+/// while the device's live bytes are kept per thread (see ledger.cpp, "counters") their sum may
+/// mix instants.
+counters device_counters_unstopped(int device) noexcept;
+
+/// While held (by the outputs' writer), every device's and tag's live bytes are one shared atomic,
+/// so that every event knows the live bytes it left: hold(true) makes every counter shared and
+/// starts the interval peaks from now; hold(false) lets them go per thread again.
+void hold_shared_counters(bool hold) noexcept;
+
+/// Whether `device`'s live bytes are kept per thread at the moment (for tests).
+bool counter_is_local(int device) noexcept;
 
 /// The most live bytes `device` had since the previous call (or since the start); starts the next
 /// interval at the live bytes of now. For the writer thread's memory samples: one caller only.

@@ -457,6 +457,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     st.writer->detach();
     delete st.writer;
     st.writer = nullptr;
+    detail::hold_shared_counters(false);
     return;
   }
   st.writer->join();
@@ -513,6 +514,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     st.timeline_flushed_through = st.timeline_flush_target;
   }
   st.flushed.notify_all();
+  detail::hold_shared_counters(false);  // the samples and the timeline are written
 }
 
 // In a child made by fork() the writer thread does not exist and the sinks' files are the
@@ -530,6 +532,7 @@ void outputs_off_in_forked_child() noexcept {
   st.flags.store(0, std::memory_order_relaxed);
   // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
   // the parent's: kept, never freed.
+  if (st.writer != nullptr) { detail::hold_shared_counters(false); }  // the parent's writer's hold
   detail::kept_for_process(std::exchange(st.writer, nullptr));
   for (auto& s : st.sinks) { detail::kept_for_process(s.release()); }
   st.sinks.clear();
@@ -621,7 +624,14 @@ void start_outputs(const options& opts) noexcept {
       st.timeline_flushed_through = st.timeline_flush_target;
     }
     queue_type* queue = st.spare;
-    st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
+    // The writer's samples, alerts and timeline need the live bytes after every event.
+    detail::hold_shared_counters(true);
+    try {
+      st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
+    } catch (...) {
+      detail::hold_shared_counters(false);
+      throw;
+    }
     unsigned flags = detail::scope_outputs_running;
     flags |= opts.nvtx ? detail::scope_nvtx : 0U;
     flags |= opts.op_device_query ? detail::scope_device_query : 0U;

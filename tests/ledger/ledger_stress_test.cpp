@@ -5,11 +5,16 @@
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
+#if defined(GPUGUARD_LEDGER_INTERNALS)  // built from the core's sources (tsan.ledger_stress)
+#include "ledger/ledger_internal.hpp"
+#endif
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -265,6 +270,173 @@ TEST(ledger_stress, peaks_exact_when_threads_hold_memory_at_once) {
   }
   EXPECT_TRUE(tag_seen);
 }
+
+// A device's live bytes are kept per thread while they have headroom below the peaks, and in one
+// shared atomic otherwise (ledger.cpp, "counters"). Threads take turns in a drawn order, so the
+// exact live bytes after every step, and the peaks, are known in advance; the ledger's must equal
+// them whichever way each step went: within the thread's ceiling, with headroom from the pool,
+// by stopping every thread to move ceilings between them, or as a new peak that makes the
+// counter shared again. Frees are often of another thread's allocation.
+TEST(ledger_stress, peaks_exact_when_threads_take_turns_in_a_drawn_order) {
+  constexpr int device = 53;
+  constexpr int threads = 4;
+  constexpr int steps = 20000;
+  constexpr int check_every = 250;
+  const std::string tag = "ledger_stress.turns";
+  enum class kind { allocate, free, check, reset_phase };
+  struct step {
+    int thread;
+    kind what;
+    std::size_t index;  // allocate: the new block; free: the block freed
+  };
+  // Distinct, never dereferenced addresses: the ledger only keys on them.
+  const auto address = [](std::size_t index) {
+    return reinterpret_cast<void*>(std::uintptr_t{0x7e0000000000} + index * 64);  // NOLINT(performance-no-int-to-ptr)
+  };
+  std::mt19937_64 random(20261205);
+  std::vector<step> plan;
+  std::vector<std::size_t> sizes;
+  std::vector<std::size_t> live_after;  // the exact live bytes after each check step
+  std::vector<std::size_t> live_blocks;
+  std::size_t live = 0;
+  std::size_t peak = 0;
+  std::size_t phase_peak = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int thread = static_cast<int>(random() % threads);
+    if (i == steps / 2) {
+      plan.push_back({thread, kind::reset_phase, 0});
+      phase_peak = live;
+      continue;
+    }
+    if (i % check_every == 0) {
+      plan.push_back({thread, kind::check, live_after.size()});
+      live_after.push_back(live);
+      continue;
+    }
+    // Mostly below the peak reached so far, now and then past it: the live block count drifts
+    // between a few and a few hundred, and one allocation in fifty is large.
+    const std::size_t target = 8 + (static_cast<std::size_t>(i) / 2000 % 4) * 60;
+    const bool allocate = live_blocks.empty() || (live_blocks.size() < target ? random() % 8 != 0 : random() % 8 == 0);
+    if (allocate) {
+      const std::size_t bytes = random() % 50 == 0 ? 65536 + random() % (1U << 20) : 1 + random() % 4096;
+      plan.push_back({thread, kind::allocate, sizes.size()});
+      live_blocks.push_back(sizes.size());
+      sizes.push_back(bytes);
+      live += bytes;
+    } else {
+      const std::size_t pick = random() % live_blocks.size();
+      plan.push_back({thread, kind::free, live_blocks[pick]});
+      live -= sizes[live_blocks[pick]];
+      live_blocks[pick] = live_blocks.back();
+      live_blocks.pop_back();
+    }
+    peak = std::max(peak, live);
+    if (i > steps / 2) { phase_peak = std::max(phase_peak, live); }
+  }
+
+  const std::uint64_t misuse_before = gpuguard::misuse().total();
+  std::atomic<std::size_t> turn{0};
+  std::vector<std::size_t> seen(live_after.size());
+  std::vector<int> seen_local(live_after.size());
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      GPUGUARD_TAG(tag);
+      for (std::size_t i = 0; i < plan.size(); ++i) {
+        const step& s = plan[i];
+        if (s.thread != t) { continue; }
+        while (turn.load(std::memory_order_acquire) != i) { std::this_thread::yield(); }
+        switch (s.what) {
+          case kind::allocate:
+            gpuguard::record_allocation({address(s.index), sizes[s.index], device, nullptr, gpuguard::memory_kind::device});
+            break;
+          case kind::free:
+            static_cast<void>(gpuguard::record_free(address(s.index), sizes[s.index], device, nullptr));
+            break;
+          case kind::check:
+            seen[s.index] = gpuguard::device_counters(device).current_bytes;
+#if defined(GPUGUARD_LEDGER_INTERNALS)
+            seen_local[s.index] = gpuguard::detail::counter_is_local(device) ? 1 : 0;
+#endif
+            break;
+          case kind::reset_phase:
+            gpuguard::reset_phase_peak();
+            break;
+        }
+        turn.store(i + 1, std::memory_order_release);
+      }
+    });
+  }
+  for (std::thread& w : workers) { w.join(); }
+
+  for (std::size_t i = 0; i < live_after.size(); ++i) {
+    EXPECT_EQ(seen[i], live_after[i]) << "check " << i;
+  }
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.peak_bytes, peak);
+  EXPECT_EQ(c.phase_peak_bytes, phase_peak);
+  EXPECT_EQ(c.current_bytes, live);
+  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
+#if defined(GPUGUARD_LEDGER_INTERNALS)
+  // The drawn order must have run the device both ways, or the test judged one mode only.
+  const auto local_checks = std::count(seen_local.begin(), seen_local.end(), 1);
+  EXPECT_GT(local_checks, 0) << "the device never kept its live bytes per thread";
+  EXPECT_LT(static_cast<std::size_t>(local_checks), seen_local.size()) << "the device was never shared";
+#endif
+  if (gpuguard::tag_name(gpuguard::intern_tag(tag)) == tag) {
+    for (const auto& [name, figures] : gpuguard::snapshot(false).tags) {
+      if (name != tag) { continue; }
+      EXPECT_EQ(figures.peak_bytes, peak);
+      EXPECT_EQ(figures.current_bytes, live);
+    }
+  }
+  for (const std::size_t index : live_blocks) {
+    static_cast<void>(gpuguard::record_free(address(index), sizes[index], device, nullptr));
+  }
+}
+
+#if defined(GPUGUARD_LEDGER_INTERNALS)
+// While the outputs' writer runs it needs the live bytes after every event: holding the counters
+// shared makes a local device shared at once, with its live bytes exact, and it stays shared
+// until the hold ends.
+TEST(ledger_stress, a_hold_keeps_every_counter_shared) {
+  constexpr int device = 54;
+  const auto address = [](std::size_t index) {
+    return reinterpret_cast<void*>(std::uintptr_t{0x7f0000000000} + index * 64);  // NOLINT(performance-no-int-to-ptr)
+  };
+  GPUGUARD_TAG("ledger_stress.hold");
+  const auto churn = [&] {  // more frees than a thread makes between looks at local mode
+    for (int round = 0; round < 3000; ++round) {
+      static_cast<void>(gpuguard::record_free(address(1), 4096, device, nullptr));
+      gpuguard::record_allocation({address(1), 4096, device, nullptr, gpuguard::memory_kind::device});
+    }
+  };
+  // A peak of 64 KiB, then 8 KiB and below: a free with that headroom makes the device local.
+  for (std::size_t i = 0; i < 16; ++i) {
+    gpuguard::record_allocation({address(i), 4096, device, nullptr, gpuguard::memory_kind::device});
+  }
+  for (std::size_t i = 2; i < 16; ++i) {
+    static_cast<void>(gpuguard::record_free(address(i), 4096, device, nullptr));
+  }
+  churn();
+  ASSERT_TRUE(gpuguard::detail::counter_is_local(device));
+  gpuguard::detail::hold_shared_counters(true);
+  EXPECT_FALSE(gpuguard::detail::counter_is_local(device));
+  EXPECT_EQ(gpuguard::device_counters(device).current_bytes, 8192U);
+  churn();
+  EXPECT_FALSE(gpuguard::detail::counter_is_local(device));
+  gpuguard::detail::hold_shared_counters(false);
+  churn();
+  EXPECT_TRUE(gpuguard::detail::counter_is_local(device));
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.current_bytes, 8192U);
+  EXPECT_EQ(c.peak_bytes, 65536U);
+  for (const std::size_t i : {std::size_t{0}, std::size_t{1}}) {
+    static_cast<void>(gpuguard::record_free(address(i), 4096, device, nullptr));
+  }
+}
+#endif
 
 // Counts are kept per thread and summed when read; a thread that ends hands its counts on to the
 // next new thread. Many short-lived threads, each freeing what another thread allocated, must
