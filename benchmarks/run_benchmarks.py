@@ -53,6 +53,8 @@ HOST_UNTRACKED_1 = "BM_host_pair/untracked/real_time/threads:1"
 HOST_TRACKED_1 = "BM_host_pair/tracked/real_time/threads:1"
 HOST_UNTRACKED_16 = "BM_host_pair/untracked/real_time/threads:16"
 HOST_TRACKED_16 = "BM_host_pair/tracked/real_time/threads:16"
+HOST_UNTRACKED_2 = "BM_host_pair/untracked/real_time/threads:2"
+HOST_TRACKED_2 = "BM_host_pair/tracked/real_time/threads:2"
 STACKS_ALL = "BM_host_pair_stacks_all/tracked/real_time"
 STACKS_SAMPLED = "BM_host_pair_stacks_sampled/tracked/real_time"
 CUDA_UNTRACKED = "BM_cuda_malloc_pair/untracked/real_time"
@@ -376,6 +378,13 @@ def threads_table(results, cores):
                      % (throughput(many_t) / throughput(many_u)))
         lines.append("| tracked 16 / 1 threads over untracked 16 / 1 threads | %.3f | >= %g | %s |"
                      % (relative, RELATIVE_SCALING_LIMIT, verdict(relative >= RELATIVE_SCALING_LIMIT)))
+    # Two threads, which a 2-core machine can run at once: the same figure, for comparison.
+    two_t, two_u = lookup(results, HOST_TRACKED_2), lookup(results, HOST_UNTRACKED_2)
+    if not not_run_reason(one_t, two_t, one_u, two_u):
+        relative_2 = ((throughput(two_t) / throughput(one_t))
+                      / (throughput(two_u) / throughput(one_u)))
+        lines.append("| tracked 2 / 1 threads over untracked 2 / 1 threads | %.3f | (comparison) | - |"
+                     % relative_2)
     if cores and cores < 16:
         lines += ["", "This machine has %d logical cores, so 16 threads cannot run at once: "
                       "the 8x target needs at least 8 free cores." % cores]

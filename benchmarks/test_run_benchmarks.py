@@ -424,6 +424,21 @@ def main():
         assert "| 8.00x | >= 8 | PASS |" in text, text
         assert "| MISS |" not in text, text
 
+        # Two-thread results (a 2-core machine runs them at once) add tracking's scaling at 2.
+        assert "2 / 1 threads" not in text, text
+        two = copy.deepcopy(doc)
+        for entry in copy.deepcopy(doc["benchmarks"]):
+            if entry["run_name"].startswith("BM_host_pair/") and entry["run_name"].endswith("threads:16"):
+                entry["run_name"] = entry["name"] = entry["run_name"][:-2] + "2"
+                entry["threads"] = 2
+                two["benchmarks"].append(entry)
+        one_t = median(doc, "BM_host_pair/tracked/real_time/threads:1", "items_per_second")
+        one_u = median(doc, "BM_host_pair/untracked/real_time/threads:1", "items_per_second")
+        set_median(two, "BM_host_pair/tracked/real_time/threads:2", "items_per_second", one_t * 1.5)
+        set_median(two, "BM_host_pair/untracked/real_time/threads:2", "items_per_second", one_u * 2.0)
+        text = run(tmp, two, out)
+        assert "| tracked 2 / 1 threads over untracked 2 / 1 threads | 0.750 | (comparison) | - |" in text, text
+
         # The CPU machine's run of both programs: the docs' CPU section.
         with open(CPU_RUN) as f:
             cpu_run = json.load(f)

@@ -159,7 +159,7 @@ void BM_cuda_async_pair_tracked(benchmark::State& state) {
 }
 
 void register_benchmarks() {
-  for (const int threads : {1, 16}) {
+  for (const int threads : {1, 2, 16}) {
     benchmark::RegisterBenchmark("BM_host_pair/untracked", BM_host_pair_untracked)
         ->Threads(threads)->UseRealTime();
     benchmark::RegisterBenchmark("BM_host_pair/tracked", BM_host_pair_tracked)
