@@ -67,8 +67,8 @@ namespace {
 //   inside a shard's lock) and sums the parts, exactly. Then it either moves ceilings from threads
 //   that do not use them to itself, or, when this allocation makes a new peak, folds the parts
 //   into `current` and the counter is shared again. A shared counter goes local at a free that
-//   leaves an eighth of the bound or more as headroom, and only while the outputs' writer is
-//   stopped: the writer's samples, alerts and timeline need the live bytes after each event.
+//   leaves an eighth of the bound or more as headroom, and not while an output holds every
+//   counter shared: the JSONL log and the Chrome trace write the live bytes after each event.
 
 struct alignas(64) live_counter {
   std::atomic<std::size_t> current{0};  // shared: the live bytes; local: the base
@@ -1262,7 +1262,21 @@ std::vector<int> detail::active_devices() {
 }
 
 void detail::arm_crossing(int device, std::size_t bytes) noexcept {
-  state().devices[device_slot_of(device)].alert_at.store(bytes, std::memory_order_relaxed);
+  const counter_ref r = device_ref(device_slot_of(device));
+  if (r.counter.alert_at.load(std::memory_order_relaxed) == bytes) { return; }
+  // The alert is part of the bound a local counter keeps under (see "counters"): it changes with
+  // every thread stopped, and a counter it would now bind goes shared.
+  const all_shards stopped;
+  r.counter.alert_at.store(bytes, std::memory_order_relaxed);
+  if (!r.local()) { return; }
+  auto room = static_cast<std::int64_t>(r.counter.bound()) -
+              static_cast<std::int64_t>(r.counter.current.load(std::memory_order_relaxed));
+  each_block([&](detail::thread_counts& block) { room -= r.in(block).ceiling.load(std::memory_order_relaxed); });
+  if (room < 0) {
+    go_shared(r);
+  } else {
+    r.counter.pool.store(room, std::memory_order_relaxed);
+  }
 }
 
 std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
@@ -1274,9 +1288,13 @@ std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
 }
 
 std::size_t detail::take_interval_peak(int device) noexcept {
-  live_counter& c = state().devices[device_slot_of(device)];
+  const counter_ref r = device_ref(device_slot_of(device));
   // Start the next interval at the live bytes of now; an allocation racing with this raises it.
-  return c.interval_peak.exchange(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  // While the device is local the interval peak is not raised (only an output that holds the
+  // counters shared writes it): it is then the most of the live bytes at the samples.
+  const std::size_t now = r.local() ? device_counters(device).current_bytes
+                                    : r.counter.current.load(std::memory_order_relaxed);
+  return r.counter.interval_peak.exchange(now, std::memory_order_relaxed);
 }
 
 std::vector<detail::site_total> detail::top_sites(std::size_t count) {

@@ -80,9 +80,10 @@ std::vector<int> active_devices();
 /// mix instants.
 counters device_counters_unstopped(int device) noexcept;
 
-/// While held (by the outputs' writer), every device's and tag's live bytes are one shared atomic,
-/// so that every event knows the live bytes it left: hold(true) makes every counter shared and
-/// starts the interval peaks from now; hold(false) lets them go per thread again.
+/// While held (by the outputs, when the JSONL log or the Chrome trace is on), every device's and
+/// tag's live bytes are one shared atomic, so that every event knows the live bytes it left and
+/// the interval peaks are exact: hold(true) makes every counter shared and starts the interval
+/// peaks from now; hold(false) lets them go per thread again.
 void hold_shared_counters(bool hold) noexcept;
 
 /// Whether `device`'s live bytes are kept per thread at the moment (for tests).
@@ -90,11 +91,14 @@ bool counter_is_local(int device) noexcept;
 
 /// The most live bytes `device` had since the previous call (or since the start); starts the next
 /// interval at the live bytes of now. For the writer thread's memory samples: one caller only.
+/// Exact while the counters are held shared (hold_shared_counters). While the device is local,
+/// moments between samples are not seen: it is then at least the live bytes at each end.
 std::size_t take_interval_peak(int device) noexcept;
 
 /// Arms the alert on crossing for `device`: the first allocation that takes the device's live
 /// bytes to `bytes` or more records the moment (one compare on the hot path); SIZE_MAX disarms.
-/// The writer thread arms it from the alert threshold and the device's total.
+/// The writer thread arms it from the alert threshold and the device's total. A change stops
+/// every thread for a moment: the alert bounds a local counter (ledger.cpp, "counters").
 void arm_crossing(int device, std::size_t bytes) noexcept;
 /// A crossing recorded since it was armed: the live bytes the allocation left and when.
 struct crossing {

@@ -80,6 +80,7 @@ struct output_state {
   std::thread* writer = nullptr;
   std::atomic<unsigned> flags{0};
   std::atomic<bool> ever_started{false};
+  bool holds_counters = false;  // the ledger's counters are held shared for the writer (control)
   std::size_t wake_mask = 0;
 
   std::mutex wake_mutex;
@@ -441,6 +442,13 @@ std::unique_ptr<detail::sink> open_sink(const char* key, const std::string& valu
   return made;
 }
 
+void release_counters(output_state& st) noexcept {
+  if (st.holds_counters) {
+    st.holds_counters = false;
+    detail::hold_shared_counters(false);
+  }
+}
+
 void stop_locked(output_state& st, const char* reason, const leak_report* leaks) noexcept {
   if (st.writer == nullptr) { return; }
   queue_type* queue = st.queue.exchange(nullptr, std::memory_order_acq_rel);
@@ -457,7 +465,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     st.writer->detach();
     delete st.writer;
     st.writer = nullptr;
-    detail::hold_shared_counters(false);
+    release_counters(st);
     return;
   }
   st.writer->join();
@@ -514,7 +522,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     st.timeline_flushed_through = st.timeline_flush_target;
   }
   st.flushed.notify_all();
-  detail::hold_shared_counters(false);  // the samples and the timeline are written
+  release_counters(st);  // the samples and the timeline are written
 }
 
 // In a child made by fork() the writer thread does not exist and the sinks' files are the
@@ -532,7 +540,7 @@ void outputs_off_in_forked_child() noexcept {
   st.flags.store(0, std::memory_order_relaxed);
   // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
   // the parent's: kept, never freed.
-  if (st.writer != nullptr) { detail::hold_shared_counters(false); }  // the parent's writer's hold
+  release_counters(st);  // the parent's writer's hold
   detail::kept_for_process(std::exchange(st.writer, nullptr));
   for (auto& s : st.sinks) { detail::kept_for_process(s.release()); }
   st.sinks.clear();
@@ -624,12 +632,16 @@ void start_outputs(const options& opts) noexcept {
       st.timeline_flushed_through = st.timeline_flush_target;
     }
     queue_type* queue = st.spare;
-    // The writer's samples, alerts and timeline need the live bytes after every event.
-    detail::hold_shared_counters(true);
+    // The JSONL log and the Chrome trace write the timeline and each sample's interval peak:
+    // those need the live bytes after every event, so the ledger keeps its counters shared.
+    if (std::any_of(st.sinks.begin(), st.sinks.end(), [](const auto& s) { return s->wants_timeline(); })) {
+      detail::hold_shared_counters(true);
+      st.holds_counters = true;
+    }
     try {
       st.writer = detail::start_quiet_thread([&st, queue] { writer_main(st, *queue); });
     } catch (...) {
-      detail::hold_shared_counters(false);
+      release_counters(st);
       throw;
     }
     unsigned flags = detail::scope_outputs_running;

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -335,7 +336,9 @@ TEST(ledger_stress, peaks_exact_when_threads_take_turns_in_a_drawn_order) {
   }
 
   const std::uint64_t misuse_before = gpuguard::misuse().total();
-  std::atomic<std::size_t> turn{0};
+  std::mutex turn_mutex;
+  std::condition_variable turn_changed;
+  std::size_t turn = 0;  // under turn_mutex: the step that may run
   std::vector<std::size_t> seen(live_after.size());
   std::vector<int> seen_local(live_after.size());
   std::vector<std::thread> workers;
@@ -346,7 +349,10 @@ TEST(ledger_stress, peaks_exact_when_threads_take_turns_in_a_drawn_order) {
       for (std::size_t i = 0; i < plan.size(); ++i) {
         const step& s = plan[i];
         if (s.thread != t) { continue; }
-        while (turn.load(std::memory_order_acquire) != i) { std::this_thread::yield(); }
+        {
+          std::unique_lock<std::mutex> lock(turn_mutex);
+          turn_changed.wait(lock, [&] { return turn == i; });
+        }
         switch (s.what) {
           case kind::allocate:
             gpuguard::record_allocation({address(s.index), sizes[s.index], device, nullptr, gpuguard::memory_kind::device});
@@ -364,7 +370,11 @@ TEST(ledger_stress, peaks_exact_when_threads_take_turns_in_a_drawn_order) {
             gpuguard::reset_phase_peak();
             break;
         }
-        turn.store(i + 1, std::memory_order_release);
+        {
+          const std::lock_guard<std::mutex> lock(turn_mutex);
+          turn = i + 1;
+        }
+        turn_changed.notify_all();
       }
     });
   }
@@ -434,6 +444,42 @@ TEST(ledger_stress, a_hold_keeps_every_counter_shared) {
   EXPECT_EQ(c.peak_bytes, 65536U);
   for (const std::size_t i : {std::size_t{0}, std::size_t{1}}) {
     static_cast<void>(gpuguard::record_free(address(i), 4096, device, nullptr));
+  }
+}
+
+// The device alert is part of the bound a local device keeps under: arming it below what the
+// ceilings allow takes headroom away, and the allocation that crosses it is still the one seen,
+// with the exact live bytes it left.
+TEST(ledger_stress, an_alert_is_seen_crossed_while_the_device_is_local) {
+  constexpr int device = 55;
+  const auto address = [](std::size_t index) {
+    return reinterpret_cast<void*>(std::uintptr_t{0x7d0000000000} + index * 64);  // NOLINT(performance-no-int-to-ptr)
+  };
+  GPUGUARD_TAG("ledger_stress.alert");
+  for (std::size_t i = 0; i < 16; ++i) {  // a peak of 64 KiB
+    gpuguard::record_allocation({address(i), 4096, device, nullptr, gpuguard::memory_kind::device});
+  }
+  for (std::size_t i = 1; i < 16; ++i) {
+    static_cast<void>(gpuguard::record_free(address(i), 4096, device, nullptr));
+  }
+  for (int round = 0; round < 3000; ++round) {  // more frees than a thread makes between looks
+    gpuguard::record_allocation({address(1), 1024, device, nullptr, gpuguard::memory_kind::device});
+    static_cast<void>(gpuguard::record_free(address(1), 1024, device, nullptr));
+  }
+  ASSERT_TRUE(gpuguard::detail::counter_is_local(device));
+  // 4 KiB live; the alert at 32 KiB leaves room below it for what the thread's ceiling holds.
+  gpuguard::detail::arm_crossing(device, 32768);
+  EXPECT_TRUE(gpuguard::detail::counter_is_local(device));
+  gpuguard::record_allocation({address(1), 16384, device, nullptr, gpuguard::memory_kind::device});  // 20 KiB
+  EXPECT_FALSE(gpuguard::detail::take_crossing(device).has_value());
+  gpuguard::record_allocation({address(2), 16384, device, nullptr, gpuguard::memory_kind::device});  // 36 KiB
+  const std::optional<gpuguard::detail::crossing> crossed = gpuguard::detail::take_crossing(device);
+  ASSERT_TRUE(crossed.has_value());
+  EXPECT_EQ(crossed->live_bytes, 36864U);
+  EXPECT_EQ(gpuguard::device_counters(device).peak_bytes, 65536U);
+  gpuguard::detail::arm_crossing(device, static_cast<std::size_t>(-1));
+  for (const std::size_t i : {std::size_t{0}, std::size_t{1}, std::size_t{2}}) {
+    static_cast<void>(gpuguard::record_free(address(i), i == 0 ? 4096 : 16384, device, nullptr));
   }
 }
 #endif
