@@ -447,6 +447,90 @@ TEST(ledger_stress, a_hold_keeps_every_counter_shared) {
   }
 }
 
+// Modes change under load: while 4 threads allocate and free (often each other's blocks), a fifth
+// holds and releases the counters shared, resets the phase peak, re-arms the alert and reads the
+// counters. Nothing may deadlock or race, and every figure must come out exact at the end.
+TEST(ledger_stress, modes_change_while_threads_allocate) {
+  constexpr int device = 56;
+  constexpr int threads = 4;
+  constexpr int pairs = 20000;
+  const auto address = [](int thread, int index) {
+    return reinterpret_cast<void*>(std::uintptr_t{0x7c0000000000} +  // NOLINT(performance-no-int-to-ptr)
+                                   static_cast<std::uintptr_t>(thread * pairs + index) * 64);
+  };
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> reads{0};
+  std::thread changer([&] {
+    std::size_t round = 0;
+    bool holding = false;
+    while (!done.load()) {
+      switch (round++ % 4) {
+        case 0:
+          gpuguard::detail::hold_shared_counters(true);
+          holding = true;
+          break;
+        case 1:
+          gpuguard::detail::hold_shared_counters(false);
+          holding = false;
+          break;
+        case 2: gpuguard::reset_phase_peak(); break;
+        default:
+          gpuguard::detail::arm_crossing(device, round % 8 == 3 ? static_cast<std::size_t>(-1) : 1U << 20);
+          break;
+      }
+      // Read while others allocate (fields may be from instants apart: the judging is at the end).
+      reads.fetch_add(gpuguard::device_counters(device).allocations > 0 ? 1 : 0);
+      std::this_thread::yield();
+    }
+    if (holding) { gpuguard::detail::hold_shared_counters(false); }  // later tests need none
+  });
+  std::vector<std::size_t> allocated(threads);
+  std::vector<std::size_t> most_held(threads);
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(t) + 7U);
+      std::vector<std::pair<void*, std::size_t>> held;
+      std::size_t held_bytes = 0;
+      for (int i = 0; i < pairs; ++i) {
+        const std::size_t bytes = 1 + random() % 8192;
+        gpuguard::record_allocation({address(t, i), bytes, device, nullptr, gpuguard::memory_kind::device});
+        allocated[t] += bytes;
+        held.emplace_back(address(t, i), bytes);
+        held_bytes += bytes;
+        most_held[t] = std::max(most_held[t], held_bytes);
+        if (held.size() > 8 + random() % 24) {
+          const std::size_t pick = random() % held.size();
+          static_cast<void>(gpuguard::record_free(held[pick].first, held[pick].second, device, nullptr));
+          held_bytes -= held[pick].second;
+          held[pick] = held.back();
+          held.pop_back();
+        }
+      }
+      for (const auto& [ptr, bytes] : held) { static_cast<void>(gpuguard::record_free(ptr, bytes, device, nullptr)); }
+    });
+  }
+  for (std::thread& w : workers) { w.join(); }
+  done.store(true);
+  changer.join();
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(c.allocations, static_cast<std::uint64_t>(threads) * pairs);
+  EXPECT_EQ(c.frees, c.allocations);
+  std::size_t total = 0;
+  std::size_t sum_of_most = 0;
+  for (int t = 0; t < threads; ++t) {
+    total += allocated[t];
+    sum_of_most += most_held[t];
+  }
+  EXPECT_EQ(c.total_bytes, total);
+  EXPECT_GE(c.peak_bytes, *std::max_element(most_held.begin(), most_held.end()));
+  EXPECT_LE(c.peak_bytes, sum_of_most);
+  EXPECT_GT(reads.load(), 0U) << "the changer never read the counters while the workers ran";
+  gpuguard::detail::arm_crossing(device, static_cast<std::size_t>(-1));
+}
+
 // The device alert is part of the bound a local device keeps under: arming it below what the
 // ceilings allow takes headroom away, and the allocation that crosses it is still the one seen,
 // with the exact live bytes it left.
