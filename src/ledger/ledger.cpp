@@ -81,8 +81,9 @@ struct alignas(64) live_counter {
   std::atomic<std::size_t> alert_at{static_cast<std::size_t>(-1)};
   std::atomic<int> crossing_state{0};
   std::atomic<bool> used{false};  // ever allocated: set once, read by reports
-  std::atomic<bool> local{false};  // the mode; changed only while every shard is held
-  std::atomic<std::uint32_t> mode_changes{0};  // so a reader that holds no shard can tell
+  // The mode: even shared, odd local. Counts every change (made while every shard is held), so
+  // a reader that holds no shard can tell whether the mode changed while it read.
+  std::atomic<std::uint32_t> mode{0};
   std::size_t crossed_bytes = 0;      // written by the claimer before crossing_state becomes 2
   std::int64_t crossed_ns = 0;
   // Local mode: headroom not yet in any thread's ceiling. Taken with compare-and-swap.
@@ -128,7 +129,7 @@ struct alignas(64) live_counter {
       value->store(0, std::memory_order_relaxed);
     }
     used.store(false, std::memory_order_relaxed);
-    local.store(false, std::memory_order_relaxed);
+    mode.store(0, std::memory_order_relaxed);
     pool.store(0, std::memory_order_relaxed);
     stops = 0;
     backoff.store(0, std::memory_order_relaxed);
@@ -319,7 +320,7 @@ struct ledger_state {
   // In a child made by fork(): records up to this sequence are the parent's (see forget_parent).
   std::atomic<std::uint64_t> inherited_through{0};
   std::atomic<std::uint32_t> next_thread{0};
-  // Holders that need every counter shared (the outputs' writer while it runs).
+  // Holders that need every counter shared (the outputs, while the JSONL log or trace is on).
   std::atomic<int> shared_holds{0};
   std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
   std::atomic<std::uint32_t> stack_sample{64};
@@ -342,10 +343,11 @@ ledger_state& state();
 // zero, and the parent's live records stay in the table only so that the child's frees of them
 // (its copies of host memory, its static destructors) are recognised, quietly, and not reported
 // as frees of unknown pointers. Snapshots, leak reports and crash records skip them.
-void lock_shards_for_fork() noexcept {
+// Every shard, in order: around fork(), and for all_shards below.
+void lock_every_shard() noexcept {
   for (shard& s : state().shards) { s.mutex.lock(); }
 }
-void unlock_shards_after_fork() noexcept {
+void unlock_every_shard() noexcept {
   for (shard& s : state().shards) { s.mutex.unlock(); }
 }
 void forget_parent_in_forked_child() noexcept {
@@ -377,7 +379,7 @@ void forget_parent_in_forked_child() noexcept {
     slot.bytes.store(0, std::memory_order_relaxed);
   }
   st.inherited_through.store(st.sequence.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  unlock_shards_after_fork();
+  unlock_every_shard();
 }
 
 bool inherited(const ledger_state& st, const allocation_record& record) noexcept {
@@ -389,7 +391,7 @@ bool inherited(const ledger_state& st, const allocation_record& record) noexcept
 ledger_state& state() {
   static auto* s = [] {
     auto* made = new ledger_state();
-    static_cast<void>(::pthread_atfork(lock_shards_for_fork, unlock_shards_after_fork, forget_parent_in_forked_child));
+    static_cast<void>(::pthread_atfork(lock_every_shard, unlock_every_shard, forget_parent_in_forked_child));
     return made;
   }();
   return *s;
@@ -525,7 +527,7 @@ struct counter_ref {
   [[nodiscard]] event_counts& in(detail::thread_counts& block) const noexcept {
     return is_tag ? block.tags[index] : block.devices[index];
   }
-  [[nodiscard]] bool local() const noexcept { return counter.local.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool local() const noexcept { return (counter.mode.load(std::memory_order_relaxed) & 1U) != 0; }
 };
 
 __attribute__((always_inline)) inline counter_ref device_ref(int slot, ledger_state& st = state()) noexcept {
@@ -548,16 +550,12 @@ void each_block(Visit visit) noexcept {
 // the table and the counters are of one instant. The caller holds no shard.
 class all_shards {
  public:
-  all_shards() noexcept {
-    for (shard& s : state().shards) { s.mutex.lock(); }
-  }
+  all_shards() noexcept { lock_every_shard(); }
   all_shards(const all_shards&) = delete;
   all_shards& operator=(const all_shards&) = delete;
   all_shards(all_shards&&) = delete;
   all_shards& operator=(all_shards&&) = delete;
-  ~all_shards() {
-    for (shard& s : state().shards) { s.mutex.unlock(); }
-  }
+  ~all_shards() { unlock_every_shard(); }
 };
 
 // The live bytes of a counter. Exact while every shard is held, or for a shared counter;
@@ -621,48 +619,39 @@ __attribute__((always_inline)) inline bool room_for(live_counter& c, event_count
 struct planned_add {
   event_counts* part = nullptr;
   std::int64_t after = 0;
+  bool fallback = false;  // the part is the fallback block's, which several threads may write
 };
 
-// Plans an allocation's add by `block`'s thread without stopping the others; false when a local
-// counter has no room. The fallback block, which several threads may write at once, never has
-// room while local.
+// Plans an allocation's add by `block`'s thread; false when a local counter has no room without
+// stopping the others. With every shard held (`stopped`), make_room_stopped has made the room.
+// The fallback block, which several threads may write at once, has room only then.
 __attribute__((always_inline)) inline bool plan_add(const counter_ref& r, detail::thread_counts& block,
-                                                    std::size_t bytes, planned_add& plan) noexcept {
+                                                    std::size_t bytes, planned_add& plan, bool stopped) noexcept {
   if (!r.local()) { return true; }
-  if (block.shared) { return false; }
   event_counts& e = r.in(block);
-  if (!room_for(r.counter, e, bytes, plan.after)) { return false; }
+  if (block.shared) {
+    if (!stopped) { return false; }
+    plan.fallback = true;
+  } else if (!room_for(r.counter, e, bytes, plan.after)) {
+    return false;
+  }
   plan.part = &e;
   return true;
 }
 
 // Carries out a planned add; returns the live bytes it left for a shared counter, unknown_size
-// for a local one.
-__attribute__((always_inline)) inline std::size_t add_planned(const counter_ref& r, const planned_add& plan,
+// for a local one (knowing them would mean reading every thread's part).
+__attribute__((always_inline)) inline std::size_t add_planned(const counter_ref& r, planned_add plan,
                                                               std::size_t bytes) noexcept {
   if (plan.part == nullptr) { return r.counter.add(bytes); }
-  plan.part->part.store(plan.after, std::memory_order_relaxed);  // the owner is the only writer
-  if (plan.after > plan.part->high.load(std::memory_order_relaxed)) {
-    plan.part->high.store(plan.after, std::memory_order_relaxed);
-  }
-  return unknown_size;
-}
-
-// Adds an allocation with every shard held, room made (make_room_stopped). Returns the live bytes
-// it left for a shared counter, unknown_size for a local one (knowing them would mean reading
-// every thread's part).
-__attribute__((always_inline)) inline
-std::size_t add_bytes(const counter_ref& r, detail::thread_counts& block, std::size_t bytes) noexcept {
-  if (!r.local()) { return r.counter.add(bytes); }
-  event_counts& e = r.in(block);
-  const auto added = static_cast<std::int64_t>(bytes);
-  std::int64_t part = e.part.load(std::memory_order_relaxed) + added;
-  if (block.shared) {
-    part = e.part.fetch_add(added, std::memory_order_relaxed) + added;
+  event_counts& e = *plan.part;
+  if (plan.fallback) {
+    const auto added = static_cast<std::int64_t>(bytes);
+    plan.after = e.part.fetch_add(added, std::memory_order_relaxed) + added;
   } else {
-    e.part.store(part, std::memory_order_relaxed);  // the owner is the only writer
+    e.part.store(plan.after, std::memory_order_relaxed);  // the owner is the only writer
   }
-  if (part > e.high.load(std::memory_order_relaxed)) { e.high.store(part, std::memory_order_relaxed); }
+  if (plan.after > e.high.load(std::memory_order_relaxed)) { e.high.store(plan.after, std::memory_order_relaxed); }
   return unknown_size;
 }
 
@@ -678,10 +667,7 @@ std::size_t remove_bytes(const counter_ref& r, detail::thread_counts& block, std
   return unknown_size;
 }
 
-void note_mode_change(live_counter& c, bool local) noexcept {
-  c.mode_changes.fetch_add(1, std::memory_order_release);
-  c.local.store(local, std::memory_order_relaxed);
-}
+void change_mode(live_counter& c) noexcept { c.mode.fetch_add(1, std::memory_order_release); }
 
 // Every shard held. Folds the parts into `current` (the exact live bytes) and makes the counter
 // shared.
@@ -693,7 +679,7 @@ void go_shared(const counter_ref& r) noexcept {
     for (auto* value : {&e.part, &e.ceiling, &e.high}) { value->store(0, std::memory_order_relaxed); }
   });
   r.counter.pool.store(0, std::memory_order_relaxed);
-  note_mode_change(r.counter, false);
+  change_mode(r.counter);  // to shared
 }
 
 // Every shard held. Makes a shared counter local when no holder needs it shared and its live
@@ -707,7 +693,7 @@ void go_local(const counter_ref& r) noexcept {
   // Every part is zero here: go_shared left them so, and shared mode does not touch them.
   c.stops = 0;
   c.pool.store(static_cast<std::int64_t>(bound - live), std::memory_order_relaxed);
-  note_mode_change(c, true);
+  change_mode(c);  // to local
 }
 
 // Stops of every thread one local stretch may take to move ceilings between threads; past them
@@ -919,15 +905,18 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   // The upstream handed out a live address again: the earlier block was freed behind the
   // tracker's back. It is counted as freed so the counters stay true.
   const bool replaces = record != nullptr && !inherited(st, *record);
-  planned_add device_add;
-  planned_add tag_add;
   if (stopped) {
     make_room_stopped(device, counts, event.bytes);
     make_room_stopped(tagged, counts, event.bytes);
-  } else if ((replaces && (device_ref(device_slot_of(record->device), st).local() ||
-                           tag_ref(record->tag, st).local())) ||
-             !plan_add(device, counts, event.bytes, device_add) || !plan_add(tagged, counts, event.bytes, tag_add)) {
+  } else if (replaces && (device_ref(device_slot_of(record->device), st).local() ||
+                          tag_ref(record->tag, st).local())) {
     return false;
+  }
+  planned_add device_add;
+  planned_add tag_add;
+  if (!plan_add(device, counts, event.bytes, device_add, stopped) ||
+      !plan_add(tagged, counts, event.bytes, tag_add, stopped)) {
+    return false;  // only without `stopped`: with every shard held, the room was made above
   }
   if (replaces) {
     remove_bytes(device_ref(device_slot_of(record->device), st), counts, record->bytes);
@@ -951,13 +940,8 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   record->sequence = a.sequence;
   // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
   // and the live table of one instant.
-  const std::size_t live =
-      stopped ? add_bytes(device, counts, event.bytes) : add_planned(device, device_add, event.bytes);
-  if (stopped) {
-    add_bytes(tagged, counts, event.bytes);
-  } else {
-    add_planned(tagged, tag_add, event.bytes);
-  }
+  const std::size_t live = add_planned(device, device_add, event.bytes);
+  add_planned(tagged, tag_add, event.bytes);
   detail::note_mem_event(true, *record, live, a.thread, a.ticks);  // under the lock: queued before its free
   count_allocation(counts, slot, a.tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
@@ -1153,10 +1137,10 @@ counters device_counters(int device) noexcept {
   const counter_ref r = device_ref(device_slot_of(device));
   // A shared counter's live bytes are one atomic: read as they are, unless the mode changed
   // meanwhile. A local one's are a sum of every thread's part, exact only with everyone stopped.
-  const std::uint32_t before = r.counter.mode_changes.load(std::memory_order_acquire);
-  if (!r.local()) {
+  const std::uint32_t before = r.counter.mode.load(std::memory_order_acquire);
+  if ((before & 1U) == 0) {
     const counters c = read_counters(r);
-    if (r.counter.mode_changes.load(std::memory_order_acquire) == before) { return c; }
+    if (r.counter.mode.load(std::memory_order_acquire) == before) { return c; }
   }
   const all_shards stopped;
   return read_counters(r);
@@ -1166,15 +1150,26 @@ counters detail::device_counters_unstopped(int device) noexcept {
   return read_counters(device_ref(device_slot_of(device)));
 }
 
+namespace {
+
+// Every shard held. Makes every device's and tag's counter shared and starts one of its peaks
+// (the phase peak, or the writer's interval peak) again at its live bytes: a local counter does
+// not keep either between its events.
+void share_every_counter_restarting(std::atomic<std::size_t> live_counter::*peak) noexcept {
+  const auto share = [peak](const counter_ref& r) {
+    go_shared(r);
+    (r.counter.*peak).store(r.counter.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  for (int slot = 0; slot < device_slots; ++slot) { share(device_ref(slot)); }
+  for (std::size_t tag = 0; tag < max_tags; ++tag) { share(tag_ref(tag)); }
+}
+
+}  // namespace
+
 void reset_phase_peak() noexcept {
   const all_shards stopped;
   // A phase peak set to the live bytes leaves no headroom: every counter goes shared.
-  const auto reset = [](const counter_ref& r) {
-    go_shared(r);
-    r.counter.phase_peak.store(r.counter.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  };
-  for (int slot = 0; slot < device_slots; ++slot) { reset(device_ref(slot)); }
-  for (std::size_t tag = 0; tag < max_tags; ++tag) { reset(tag_ref(tag)); }
+  share_every_counter_restarting(&live_counter::phase_peak);
 }
 
 void detail::hold_shared_counters(bool hold) noexcept {
@@ -1185,13 +1180,7 @@ void detail::hold_shared_counters(bool hold) noexcept {
   }
   st.shared_holds.fetch_add(1, std::memory_order_relaxed);
   const all_shards stopped;
-  const auto share = [](const counter_ref& r) {
-    go_shared(r);
-    // Interval peaks count from here: while local they were not kept.
-    r.counter.interval_peak.store(r.counter.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  };
-  for (int slot = 0; slot < device_slots; ++slot) { share(device_ref(slot)); }
-  for (std::size_t tag = 0; tag < max_tags; ++tag) { share(tag_ref(tag)); }
+  share_every_counter_restarting(&live_counter::interval_peak);  // interval peaks count from here
 }
 
 bool detail::counter_is_local(int device) noexcept { return device_ref(device_slot_of(device)).local(); }
