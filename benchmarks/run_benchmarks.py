@@ -5,12 +5,15 @@ run, and the JSONL writer's rate, into a Markdown file.
 
     python3 benchmarks/run_benchmarks.py [--bench BINARY]... [--out docs/benchmarks.md]
         [--append-section NAME] [--json-in FILE | --json-out FILE] [--min-time T]
-        [--repetitions 5]
+        [--repetitions 5] [--no-interleave]
 
 --bench names one program and may be repeated; without it, both programs of build/benchmarks run
 (gpuguard_tracking_bench, then gpuguard_ops_bench). Without --json-in each program runs as
-    BINARY --benchmark_format=json --benchmark_repetitions=5
-its results are put into one JSON document, and the median aggregates are used. Every repetition
+    BINARY --benchmark_format=json --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+its results are put into one JSON document, and the median aggregates are used. The repetitions of
+all of a program's benchmarks run in one random interleaved order (--no-interleave: each
+benchmark's repetitions back to back), so that a machine's drift over the run (its clock, its
+neighbours) falls on a tracked benchmark and its baseline alike instead of on whichever ran later. Every repetition
 is kept in the JSON, because Google Benchmark leaves a repetition that failed (SkipWithError) out
 of the aggregates: a benchmark with any failed repetition is reported as not run. With --json-in
 the Markdown is built from that JSON instead. The tables of a program appear when it ran (or when
@@ -530,8 +533,12 @@ def section_body(document, command):
     for bench_command in bench_commands(document):
         lines.append("- benchmark command: `%s`" % bench_command)
     shown = "/".join(str(r) for r in repetitions) or "?"
+    if any("--benchmark_enable_random_interleaving=true" in c for c in bench_commands(document)):
+        shown += " repetitions, interleaved at random with the other benchmarks'"
+    else:
+        shown += " repetitions"
     if TRACKING_PROGRAM in programs:
-        lines += ["- times: median of %s repetitions, real time per iteration (one allocate+"
+        lines += ["- times: median of %s, real time per iteration (one allocate+"
                   "deallocate pair)" % shown, ""]
         first = True
         for heading, kind, baseline, measured, limit in PAIR_TARGETS:
@@ -540,7 +547,7 @@ def section_body(document, command):
                 lines += threads_table(results, cores) + [""]
                 first = False
     else:
-        lines += ["- times: median of %s repetitions" % shown, ""]
+        lines += ["- times: median of %s" % shown, ""]
     if OPS_PROGRAM in programs:
         lines += ops_tables(results)
     lines += ["### All medians", "",
@@ -593,6 +600,8 @@ def with_section(old_text, name, body):
 def run_one(bench, args):
     """(command, JSON document) of one program's run."""
     cmd = [bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions]
+    if args.interleave:
+        cmd.append("--benchmark_enable_random_interleaving=true")
     if args.min_time:
         cmd.append("--benchmark_min_time=%s" % args.min_time)
     if args.filter:
@@ -637,6 +646,8 @@ def main():
     parser.add_argument("--json-in", metavar="FILE", help="build from this JSON; do not run")
     parser.add_argument("--json-out", metavar="FILE", help="also keep the run's JSON here")
     parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--no-interleave", dest="interleave", action="store_false",
+                        help="run each benchmark's repetitions back to back, not interleaved with the others'")
     parser.add_argument("--min-time", help="passed as --benchmark_min_time")
     parser.add_argument("--filter", help="passed as --benchmark_filter")
     args = parser.parse_args()

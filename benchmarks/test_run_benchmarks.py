@@ -321,7 +321,12 @@ def check_programs(tmp, doc, sample):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("args: --benchmark_format=json --benchmark_repetitions=5 "
-                             "--benchmark_min_time=0.01\n") == 2, done.stderr
+                             "--benchmark_enable_random_interleaving=true --benchmark_min_time=0.01\n") == 2, done.stderr
+    # --no-interleave leaves the flag out.
+    done = subprocess.run([sys.executable, SCRIPT, "--bench", programs[0], "--out", os.path.join(tmp, "plain.md"),
+                           "--repetitions", "3", "--no-interleave"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "args: --benchmark_format=json --benchmark_repetitions=3\n" in done.stderr, done.stderr
     with open(kept) as f:
         merged = json.load(f)
     assert [e["name"] for e in merged["benchmarks"]] == [e["name"] for e in doc["benchmarks"]]
@@ -334,6 +339,7 @@ def check_programs(tmp, doc, sample):
         text = f.read()
     for command in commands:
         assert "- benchmark command: `%s`" % command in text, text
+    assert "- times: median of 5 repetitions, interleaved at random with the other benchmarks', real time" in text, text
     # A program whose filter matched nothing prints no JSON: the context comes from the next one.
     silent = os.path.join(tmp, "bin", "silent")
     with open(silent, "w") as f:
