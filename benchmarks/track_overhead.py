@@ -10,6 +10,11 @@ one run with the two interleaved round by round (so drift falls on both alike):
 
 A figure is the median over rounds of each run's median. Exits 77 without a GPU, 0 otherwise; a
 missed target is reported as MISS in the table, not as a failure of this script.
+
+--parts adds two more arms to every round, to tell where a --track cost comes from: the program
+with only LD_PRELOAD=PRELOAD (the interposer and the ledger in the process, no supervisor), and
+the program under `gpuguard run` without --track (the supervisor alone). Their ratios against
+plain are written next to --track's.
 """
 import argparse
 import datetime
@@ -27,10 +32,30 @@ STEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_step.py")
 FIGURES = (("cudaMalloc pair ns", 1.02), ("cuMemAllocAsync pair ns", 1.02), ("median step ms", 1.01))
 
 
-def measure(argv, tracked, cli, preload):
-    env = dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0", GPUGUARD_PRELOAD_LIBRARY=preload)
+# The arms: how the program is started. plain and track always run; preload and run with --parts.
+ARMS = ("plain", "track", "preload", "run")
+ARM_TITLES = {"track": "--track", "preload": "LD_PRELOAD only", "run": "run, no --track"}
+
+
+def command_for(arm, argv, cli):
+    if arm == "track":
+        return [cli, "run", "--track", "--"] + argv
+    if arm == "run":
+        return [cli, "run", "--"] + argv
+    return list(argv)
+
+
+def environment_for(arm, preload, base):
+    env = dict(base, GPUGUARD_OPTIONS="text_log=off:leak_report=0", GPUGUARD_PRELOAD_LIBRARY=preload)
     env.pop("LD_PRELOAD", None)
-    command = [cli, "run", "--track", "--"] + argv if tracked else argv
+    if arm == "preload":
+        env["LD_PRELOAD"] = preload
+    return env
+
+
+def measure(argv, arm, cli, preload):
+    env = environment_for(arm, preload, os.environ)
+    command = command_for(arm, argv, cli)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode == 77:
         raise SystemExit(77)
@@ -39,6 +64,45 @@ def measure(argv, tracked, cli, preload):
     if done.returncode != 0 or not found:
         raise RuntimeError(f"{command}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
     return found
+
+
+def figures(runs):
+    """Each figure's median per arm, and each arm's ratio against plain (the --track ratio as
+    "ratio", with its target)."""
+    out = {}
+    for name, target in FIGURES:
+        if name not in runs["plain"] or name not in runs["track"]:
+            continue
+        plain = statistics.median(runs["plain"][name])
+        figure = {"plain": plain}
+        for arm in ARMS[1:]:
+            if name in runs.get(arm, {}):
+                figure[arm] = statistics.median(runs[arm][name])
+                figure[arm + "_ratio"] = figure[arm] / plain
+        figure["ratio"] = figure.pop("track_ratio")
+        figure["target"] = target
+        out[name] = figure
+    return out
+
+
+def table_text(result, args):
+    parts = any("preload" in f for f in result["figures"].values())
+    extra = [arm for arm in ARMS[2:] if parts]
+    header = "| figure | plain | --track | ratio | target | |" + "".join(f" {ARM_TITLES[a]} | ratio |" for a in extra)
+    rule = "| --- | ---: | ---: | ---: | ---: | --- |" + " ---: | ---: |" * len(extra)
+    rows = []
+    for name, f in result["figures"].items():
+        verdict = "ok" if f["ratio"] <= f["target"] else "MISS"
+        rows.append(f"| {name} | {f['plain']:.1f} | {f['track']:.1f} | {f['ratio']:.3f} | {f['target']:.2f} | {verdict} |"
+                    + "".join(f" {f[a]:.1f} | {f[a + '_ratio']:.3f} |" for a in extra))
+    command = f"python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH --rounds {args.rounds}"
+    return "\n".join([
+        f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, {result['machine']}",
+        f"(`{command}{' --parts' if parts else ''}`):",
+        "",
+        header,
+        rule,
+    ] + rows) + "\n"
 
 
 def main():
@@ -50,34 +114,24 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--append-section", metavar="NAME")
     parser.add_argument("--json-out")
+    parser.add_argument("--parts", action="store_true",
+                        help="also run each program with LD_PRELOAD only and under `gpuguard run` without --track")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    runs = {"plain": {}, "track": {}}
+    arms = ARMS if args.parts else ARMS[:2]
+    runs = {arm: {} for arm in arms}
     for r in range(args.rounds):
         for program in ([args.bench], [sys.executable, STEP]):
-            for arm in ("plain", "track"):
-                for name, value in measure(program, arm == "track", args.cli, args.preload).items():
+            for arm in arms:
+                for name, value in measure(program, arm, args.cli, args.preload).items():
                     runs[arm].setdefault(name, []).append(value)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{name}: {runs['plain'][name][-1]:.1f} plain, {runs['track'][name][-1]:.1f} --track"
+            f"{name}: " + ", ".join(f"{runs[arm][name][-1]:.1f} {arm}" for arm in arms)
             for name, _ in FIGURES if name in runs["plain"]), flush=True)
-    rows = []
-    result = {"date": datetime.date.today().isoformat(), "machine": describe_machine(), "rounds": args.rounds, "figures": {}}
-    for name, target in FIGURES:
-        if name not in runs["plain"] or name not in runs["track"]:
-            continue
-        plain, track = statistics.median(runs["plain"][name]), statistics.median(runs["track"][name])
-        ratio = track / plain
-        result["figures"][name] = {"plain": plain, "track": track, "ratio": ratio, "target": target}
-        rows.append(f"| {name} | {plain:.1f} | {track:.1f} | {ratio:.3f} | {target:.2f} | {'ok' if ratio <= target else 'MISS'} |")
-    table = "\n".join([
-        f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, {result['machine']}",
-        f"(`python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH --rounds {args.rounds}`):",
-        "",
-        "| figure | plain | --track | ratio | target | |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
-    ] + rows) + "\n"
+    result = {"date": datetime.date.today().isoformat(), "machine": describe_machine(), "rounds": args.rounds,
+              "figures": figures(runs)}
+    table = table_text(result, args)
     print(table)
     if args.out:
         text = open(args.out).read() if os.path.exists(args.out) else ""

@@ -153,7 +153,7 @@ for s in "${slices[@]}"; do
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
       step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
-        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" \
+        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" --parts \
         --out "$out/benchmarks.md" --append-section "H200 machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
         # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Checks track_overhead.py's arithmetic and table on made-up rounds, and its arms' commands and
+environments, without a GPU. Plain python3; exits non-zero on the first failed check."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import track_overhead as t  # noqa: E402
+
+
+def main():
+    runs = {
+        "plain": {"cuMemAllocAsync pair ns": [1000.0, 1100.0, 1050.0], "median step ms": [2.0, 2.2, 2.1]},
+        "track": {"cuMemAllocAsync pair ns": [1040.0, 1090.0, 1070.0], "median step ms": [2.0, 2.3, 2.2]},
+    }
+    figures = t.figures(runs)
+    async_pair = figures["cuMemAllocAsync pair ns"]
+    assert async_pair["plain"] == 1050.0 and async_pair["track"] == 1070.0, async_pair
+    assert abs(async_pair["ratio"] - 1070.0 / 1050.0) < 1e-12 and async_pair["target"] == 1.02, async_pair
+    assert "preload" not in async_pair and "cudaMalloc pair ns" not in figures, figures
+    args = argparse.Namespace(rounds=3)
+    result = {"date": "2026-12-05", "machine": {"cpu": "x"}, "rounds": 3, "figures": figures}
+    table = t.table_text(result, args)
+    assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 1.02 | ok |\n" in table, table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.01 | MISS |\n" in table, table
+    assert "--parts" not in table and "LD_PRELOAD" not in table, table
+
+    # With --parts: each arm's median and ratio, in the table after --track's verdict.
+    runs["preload"] = {"cuMemAllocAsync pair ns": [1060.0, 1080.0, 1000.0], "median step ms": [2.1, 2.2, 2.4]}
+    runs["run"] = {"cuMemAllocAsync pair ns": [1050.0, 1050.0, 1050.0], "median step ms": [2.1, 2.1, 2.1]}
+    figures = t.figures(runs)
+    step = figures["median step ms"]
+    assert step["preload"] == 2.2 and abs(step["preload_ratio"] - 2.2 / 2.1) < 1e-12, step
+    assert step["run"] == 2.1 and step["run_ratio"] == 1.0, step
+    table = t.table_text(dict(result, figures=figures), args)
+    assert "--rounds 3 --parts`" in table, table
+    assert "| figure | plain | --track | ratio | target | | LD_PRELOAD only | ratio | run, no --track | ratio |\n" in table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
+
+    # The arms' commands: only --track and run go through the CLI; only preload sets LD_PRELOAD here.
+    argv = ["prog", "arg"]
+    assert t.command_for("plain", argv, "gg") == argv and t.command_for("preload", argv, "gg") == argv
+    assert t.command_for("track", argv, "gg") == ["gg", "run", "--track", "--", "prog", "arg"]
+    assert t.command_for("run", argv, "gg") == ["gg", "run", "--", "prog", "arg"]
+    base = {"LD_PRELOAD": "/other.so", "PATH": "/bin"}
+    for arm in t.ARMS:
+        env = t.environment_for(arm, "/p.so", base)
+        assert env.get("LD_PRELOAD") == ("/p.so" if arm == "preload" else None), (arm, env)
+        assert env["GPUGUARD_PRELOAD_LIBRARY"] == "/p.so" and env["PATH"] == "/bin", env
+    assert base["LD_PRELOAD"] == "/other.so", "the caller's environment is left alone"
+    print("test_track_overhead.py: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
