@@ -56,6 +56,8 @@ HOST_UNTRACKED_1 = "BM_host_pair/untracked/real_time/threads:1"
 HOST_TRACKED_1 = "BM_host_pair/tracked/real_time/threads:1"
 HOST_UNTRACKED_16 = "BM_host_pair/untracked/real_time/threads:16"
 HOST_TRACKED_16 = "BM_host_pair/tracked/real_time/threads:16"
+CLOCK_TSC = "BM_clock_read/tsc/real_time"
+CLOCK_STEADY = "BM_clock_read/steady_clock/real_time"
 HOST_UNTRACKED_2 = "BM_host_pair/untracked/real_time/threads:2"
 HOST_TRACKED_2 = "BM_host_pair/tracked/real_time/threads:2"
 STACKS_ALL = "BM_host_pair_stacks_all/tracked/real_time"
@@ -520,6 +522,24 @@ def ops_tables(results):
     return lines
 
 
+def clock_line(results, context):
+    """What one clock read costs here, and which clock the ledger reads: the TSC where it is
+    invariant (the program's context says), steady_clock elsewhere."""
+    tsc, steady = lookup(results, CLOCK_TSC), lookup(results, CLOCK_STEADY)
+    invariant = context.get("invariant_tsc")
+    if not_run_reason(steady) or (invariant == "1" and not_run_reason(tsc)):
+        return []
+    if invariant == "1":
+        used = "the TSC (invariant on this CPU)"
+    elif invariant == "0":
+        used = "steady_clock (this CPU's TSC is not invariant)"
+    else:
+        used = "steady_clock (no TSC on this CPU)"
+    reads = ("TSC %s ns, " % ns(tsc.real_ns)) if not not_run_reason(tsc) else ""
+    return ["- a clock read: %ssteady_clock %s ns. The ledger reads %s once per allocation; an "
+            "operation scope reads it twice." % (reads, ns(steady.real_ns), used)]
+
+
 def section_body(document, command):
     results = results_from(document)
     context = document.get("context", {})
@@ -539,7 +559,7 @@ def section_body(document, command):
         shown += " repetitions"
     if TRACKING_PROGRAM in programs:
         lines += ["- times: median of %s, real time per iteration (one allocate+"
-                  "deallocate pair)" % shown, ""]
+                  "deallocate pair)" % shown] + clock_line(results, context) + [""]
         first = True
         for heading, kind, baseline, measured, limit in PAIR_TARGETS:
             lines += pair_table(results, heading, kind, baseline, measured, limit) + [""]

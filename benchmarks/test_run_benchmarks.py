@@ -358,6 +358,22 @@ def check_programs(tmp, doc, sample):
         "the same tables as the recorded run"
 
 
+def check_clock_line(tmp, doc, out):
+    """The clock reads' line: absent from a run without them; with them, both reads and which
+    clock the ledger uses, from the program's invariant_tsc context."""
+    assert "a clock read" not in run(tmp, doc, out)
+    timed = copy.deepcopy(doc)
+    template = next(e for e in doc["benchmarks"] if e.get("aggregate_name") == "median")
+    for name, value in (("BM_clock_read/tsc/real_time", 9.56), ("BM_clock_read/steady_clock/real_time", 23.5)):
+        entry = dict(template, name=name + "_median", run_name=name, real_time=value, cpu_time=value)
+        timed["benchmarks"].append(entry)
+    timed["context"]["invariant_tsc"] = "1"
+    assert ("- a clock read: TSC 9.6 ns, steady_clock 23.5 ns. The ledger reads the TSC (invariant on this "
+            "CPU) once per allocation; an operation scope reads it twice.\n") in run(tmp, timed, out)
+    timed["context"]["invariant_tsc"] = "0"
+    assert "The ledger reads steady_clock (this CPU's TSC is not invariant)" in run(tmp, timed, out)
+
+
 def main():
     with open(SAMPLE) as f:
         doc = json.load(f)
@@ -372,6 +388,7 @@ def main():
         assert text.startswith("# Benchmarks\n") and "stale" not in text, text
         assert headings(text) == ["## Results"], text
         check_gpu_report(text, doc)
+        check_clock_line(tmp, doc, out)
 
         # --append-section replaces its own section, keeps the others and their order.
         with open(out, "w") as f:

@@ -11,6 +11,11 @@
 //       one cudaMalloc+cudaFree of 1 MiB per iteration.
 //   BM_cuda_async_pair/{untracked,tracked}/real_time
 //       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
+//   BM_clock_read/{tsc,steady_clock}/real_time
+//       one read of the TSC (x86-64 only), or of std::chrono::steady_clock. The ledger reads the
+//       TSC once per allocation where it is invariant, steady_clock elsewhere; an operation scope
+//       reads it twice. The context's invariant_tsc (1 or 0) says which this machine gets, so a
+//       machine's tracking cost can be read against what its clock costs.
 //
 // The CUDA benchmarks report "no CUDA device" as a skip (SkipWithError) on a machine without a
 // GPU, so the run completes there.
@@ -25,8 +30,14 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
 namespace {
 
@@ -158,6 +169,27 @@ void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
 }
 
+// ---- d. the clock ---------------------------------------------------------------------------------
+#if defined(__x86_64__)
+void BM_clock_read_tsc(benchmark::State& state) {
+  for (auto _ : state) { benchmark::DoNotOptimize(__rdtsc()); }
+  state.SetItemsProcessed(state.iterations());
+}
+
+/// The CPUID bit the ledger's clock checks before it reads the TSC (clock.cpp).
+bool invariant_tsc() {
+  unsigned eax = 0;
+  unsigned ebx = 0;
+  unsigned ecx = 0;
+  unsigned edx = 0;
+  return __get_cpuid(0x80000007U, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1U << 8)) != 0;
+}
+#endif
+void BM_clock_read_steady(benchmark::State& state) {
+  for (auto _ : state) { benchmark::DoNotOptimize(std::chrono::steady_clock::now()); }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void register_benchmarks() {
   for (const int threads : {1, 2, 16}) {
     benchmark::RegisterBenchmark("BM_host_pair/untracked", BM_host_pair_untracked)
@@ -183,6 +215,11 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
       ->UseRealTime();
+#if defined(__x86_64__)
+  benchmark::RegisterBenchmark("BM_clock_read/tsc", BM_clock_read_tsc)->UseRealTime();
+  benchmark::AddCustomContext("invariant_tsc", invariant_tsc() ? "1" : "0");
+#endif
+  benchmark::RegisterBenchmark("BM_clock_read/steady_clock", BM_clock_read_steady)->UseRealTime();
 }
 
 }  // namespace
