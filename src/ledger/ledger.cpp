@@ -794,16 +794,17 @@ site_id capture_site_now() noexcept {
   return detail::intern_site(frames.data(), count);
 }
 
-site_id maybe_capture_site() noexcept {
-  const auto mode = static_cast<stack_mode>(state().stacks.load(std::memory_order_relaxed));
+// The countdown is in the thread's state, which the caller has already looked up: a thread_local
+// of its own would cost another TLS lookup on every allocation.
+site_id maybe_capture_site(ledger_state& st, detail::thread_state& mine) noexcept {
+  const auto mode = static_cast<stack_mode>(st.stacks.load(std::memory_order_relaxed));
   if (mode == stack_mode::off) { return no_site; }
   if (mode == stack_mode::sampled) {
-    thread_local std::uint32_t countdown = 0;
-    if (countdown != 0) {
-      --countdown;
+    if (mine.sample_countdown != 0) {
+      --mine.sample_countdown;
       return no_site;
     }
-    countdown = state().stack_sample.load(std::memory_order_relaxed) - 1;
+    mine.sample_countdown = st.stack_sample.load(std::memory_order_relaxed) - 1;
   }
   return capture_site_now();
 }
@@ -969,7 +970,7 @@ void record_allocation(const allocation_event& event) noexcept {
   detail::thread_state& mine = this_thread_once();
   const std::uint32_t thread = detail::thread_id(mine);
   const std::int64_t ticks = now_ticks();
-  const site_id site = maybe_capture_site();
+  const site_id site = maybe_capture_site(st, mine);
   const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), mix(event.ptr)};
   if (site != no_site) { count_site(site, event.bytes); }
   detail::thread_counts& counts = counts_of(mine);

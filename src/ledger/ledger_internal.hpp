@@ -46,6 +46,7 @@ struct thread_state {
   std::uint64_t sequence_next = 0;     ///< the next sequence number of the thread's block
   std::uint64_t sequence_end = 0;      ///< one past the block's last
   std::uint32_t go_local_wait = 0;     ///< frees of shared counters before the next look at local mode
+  std::uint32_t sample_countdown = 0;  ///< stacks=sampled: allocations to pass before the next capture
 };
 
 thread_state& this_thread_state() noexcept;
