@@ -11,6 +11,12 @@
 //       one cudaMalloc+cudaFree of 1 MiB per iteration.
 //   BM_cuda_async_pair/{untracked,tracked}/real_time
 //       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
+//   BM_shard_pair/{apart,together}/real_time/threads:2
+//       each of two threads records an allocation and a free of one fixed address of its own
+//       straight into the ledger (no memory behind it): apart, the two addresses are in different
+//       shards of the live table; together, in the same one, so the threads pass its lock and
+//       table lines between them. What a thread that reuses one block pays when another such
+//       thread shares its shard (see ledger.cpp on the number of shards).
 //   BM_clock_read/{tsc,steady_clock}/real_time
 //       one read of the TSC (x86-64 only), or of std::chrono::steady_clock. The ledger reads the
 //       TSC once per allocation where it is invariant, steady_clock elsewhere; an operation scope
@@ -26,6 +32,7 @@
 #include <gpuguard/stream.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
+#include "ledger/shard_hash.hpp"
 #include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
@@ -169,7 +176,36 @@ void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
 }
 
-// ---- d. the clock ---------------------------------------------------------------------------------
+// ---- d. two threads, one shard or two -------------------------------------------------------------
+// Fixed addresses, never dereferenced: the ledger keeps pointers, not memory.
+constexpr std::uintptr_t shard_base = 0x7f0000001000;
+
+/// The address thread 1 uses: the first after the base that is (together) or is not (apart) in the
+/// base's shard.
+std::uintptr_t partner_address(bool together) {
+  const unsigned home = gpuguard::detail::ledger_shard_of(reinterpret_cast<const void*>(shard_base));  // NOLINT(performance-no-int-to-ptr)
+  for (std::uintptr_t address = shard_base + 0x10000;; address += 16) {
+    if ((gpuguard::detail::ledger_shard_of(reinterpret_cast<const void*>(address)) == home) == together) {  // NOLINT(performance-no-int-to-ptr)
+      return address;
+    }
+  }
+}
+
+void shard_pairs(benchmark::State& state, bool together) {
+  static const std::uintptr_t apart = partner_address(false);
+  static const std::uintptr_t with = partner_address(true);
+  const std::uintptr_t address = state.thread_index() == 0 ? shard_base : (together ? with : apart);
+  const auto* ptr = reinterpret_cast<const void*>(address);  // NOLINT(performance-no-int-to-ptr)
+  for (auto _ : state) {
+    gpuguard::record_allocation({ptr, host_bytes, bench_device, nullptr, gpuguard::memory_kind::host});
+    static_cast<void>(gpuguard::record_free(ptr, host_bytes, gpuguard::host_device_id, nullptr));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_shard_pair_apart(benchmark::State& state) { shard_pairs(state, false); }
+void BM_shard_pair_together(benchmark::State& state) { shard_pairs(state, true); }
+
+// ---- e. the clock ---------------------------------------------------------------------------------
 #if defined(__x86_64__)
 void BM_clock_read_tsc(benchmark::State& state) {
   for (auto _ : state) { benchmark::DoNotOptimize(__rdtsc()); }
@@ -215,6 +251,8 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_shard_pair/apart", BM_shard_pair_apart)->Threads(2)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_shard_pair/together", BM_shard_pair_together)->Threads(2)->UseRealTime();
 #if defined(__x86_64__)
   benchmark::RegisterBenchmark("BM_clock_read/tsc", BM_clock_read_tsc)->UseRealTime();
   benchmark::AddCustomContext("invariant_tsc", invariant_tsc() ? "1" : "0");

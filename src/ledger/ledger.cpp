@@ -6,6 +6,7 @@
 
 #include "ledger/ledger_internal.hpp"
 #include "ledger/clock.hpp"
+#include "ledger/shard_hash.hpp"
 #include "ledger/stacks.hpp"
 #include "outputs/timeline.hpp"
 
@@ -257,13 +258,12 @@ void count_site(site_id site, std::size_t bytes) noexcept {
 
 // A thread that keeps allocating and freeing the same block (a malloc's per-thread cache, a
 // framework's reused buffer) always lands in the same shard. Two such threads in one shard pass
-// its lines between their cores on every event: on the 2-core CPU machine a pair took 190 ns per
-// thread instead of 40. With 16 such threads, 64 shards leave about 3.4 of them sharing a shard
+// its lines between their cores on every event: on the 2-core CPU machine a pair took 224 ns of
+// each thread's time instead of 40 (BM_shard_pair, docs/benchmarks.md). With 16 such threads, 64 shards leave about 3.4 of them sharing a shard
 // (the birthday problem: 16 x (1 - (63/64)^15)); 256 shards leave about 0.9. The table's starting
 // size and the recent-free rings are divided among the shards, so the memory stays as it was
 // (and so does the average number of frees a double free is still recognised after).
-constexpr unsigned shard_bits = 8;
-constexpr unsigned shard_count = 1U << shard_bits;
+constexpr unsigned shard_count = 1U << detail::ledger_shard_bits;
 constexpr std::size_t initial_capacity = 64;  // per shard, a power of two
 constexpr std::size_t recent_free_count = 16;
 
@@ -304,11 +304,7 @@ struct alignas(64) shard {
   std::size_t recent_next = 0;
 };
 
-std::uint64_t mix(const void* ptr) noexcept {
-  // Allocations are at least 16-byte aligned: drop the zero bits, then spread with a multiply.
-  return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) >> 4) *
-         0x9E3779B97F4A7C15ULL;
-}
+std::uint64_t mix(const void* ptr) noexcept { return detail::pointer_hash(ptr); }
 
 struct ledger_state {
   std::array<shard, shard_count> shards;
@@ -467,7 +463,7 @@ std::uint64_t next_sequence(detail::thread_state& mine) noexcept {
 }
 
 shard& shard_for(std::uint64_t hash) noexcept {
-  return state().shards[hash >> (64 - shard_bits)];
+  return state().shards[hash >> (64 - detail::ledger_shard_bits)];
 }
 
 allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
