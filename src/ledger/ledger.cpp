@@ -259,10 +259,11 @@ void count_site(site_id site, std::size_t bytes) noexcept {
 // A thread that keeps allocating and freeing the same block (a malloc's per-thread cache, a
 // framework's reused buffer) always lands in the same shard. Two such threads in one shard pass
 // its lines between their cores on every event: on the 2-core CPU machine a pair took 224 ns of
-// each thread's time instead of 40 (BM_shard_pair, docs/benchmarks.md). With 16 such threads, 64 shards leave about 3.4 of them sharing a shard
-// (the birthday problem: 16 x (1 - (63/64)^15)); 256 shards leave about 0.9. The table's starting
-// size and the recent-free rings are divided among the shards, so the memory stays as it was
-// (and so does the average number of frees a double free is still recognised after).
+// each thread's time instead of 40 (BM_shard_pair, docs/benchmarks.md). With 16 such threads,
+// 64 shards leave about 3.4 of them sharing a shard (the birthday problem: 16 x (1 - (63/64)^15));
+// 256 shards leave about 0.9. The table's starting size and the recent-free rings are divided
+// among the shards, so the memory stays as it was (and so does, on average, the number of frees
+// a double free is still recognised after).
 constexpr unsigned shard_count = 1U << detail::ledger_shard_bits;
 constexpr std::size_t initial_capacity = 64;  // per shard, a power of two
 constexpr std::size_t recent_free_count = 16;
@@ -304,7 +305,6 @@ struct alignas(64) shard {
   std::size_t recent_next = 0;
 };
 
-std::uint64_t mix(const void* ptr) noexcept { return detail::pointer_hash(ptr); }
 
 struct ledger_state {
   std::array<shard, shard_count> shards;
@@ -469,12 +469,12 @@ std::uint64_t next_sequence(detail::thread_state& mine) noexcept {
 }
 
 shard& shard_for(std::uint64_t hash) noexcept {
-  return state().shards[hash >> (64 - detail::ledger_shard_bits)];
+  return state().shards[detail::ledger_shard_of_hash(hash)];
 }
 
 allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
   const std::size_t mask = s.slots.size() - 1;
-  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {
+  for (std::size_t i = detail::ledger_home_slot(hash, s.slots.size());; i = (i + 1) & mask) {
     allocation_record& slot = s.slots[i];
     if (slot.ptr == ptr) { return &slot; }
     if (slot.ptr == nullptr) { return nullptr; }
@@ -489,7 +489,7 @@ bool reserve_one(shard& s) noexcept {
     const std::size_t mask = bigger.size() - 1;
     for (const allocation_record& record : s.slots) {
       if (record.ptr == nullptr) { continue; }
-      std::size_t i = mix(record.ptr) & mask;
+      std::size_t i = detail::ledger_home_slot(detail::pointer_hash(record.ptr), bigger.size());
       while (bigger[i].ptr != nullptr) { i = (i + 1) & mask; }
       bigger[i] = record;
     }
@@ -503,7 +503,7 @@ bool reserve_one(shard& s) noexcept {
 // The empty slot a new record of this hash goes into, counted as used.
 allocation_record& insert(shard& s, std::uint64_t hash) noexcept {
   const std::size_t mask = s.slots.size() - 1;
-  std::size_t i = hash & mask;
+  std::size_t i = detail::ledger_home_slot(hash, s.slots.size());
   while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
   ++s.used;
   return s.slots[i];
@@ -514,7 +514,7 @@ void erase(shard& s, allocation_record* slot) noexcept {
   const std::size_t mask = s.slots.size() - 1;
   auto hole = static_cast<std::size_t>(slot - s.slots.data());
   for (std::size_t i = (hole + 1) & mask; s.slots[i].ptr != nullptr; i = (i + 1) & mask) {
-    const std::size_t home = mix(s.slots[i].ptr) & mask;
+    const std::size_t home = detail::ledger_home_slot(detail::pointer_hash(s.slots[i].ptr), s.slots.size());
     // Move the entry into the hole if its home is not within (hole, i].
     const bool home_in_between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
     if (!home_in_between) {
@@ -980,7 +980,7 @@ void record_allocation(const allocation_event& event) noexcept {
   const std::uint32_t thread = detail::thread_id(mine);
   const std::int64_t ticks = now_ticks();
   const site_id site = maybe_capture_site(st, mine);
-  const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), mix(event.ptr)};
+  const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), detail::pointer_hash(event.ptr)};
   if (site != no_site) { count_site(site, event.bytes); }
   detail::thread_counts& counts = counts_of(mine);
   shard& s = shard_for(a.hash);
@@ -997,7 +997,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   free_result result;
   if (ptr == nullptr) { return result; }
   ledger_state& st = state();
-  const std::uint64_t hash = mix(ptr);
+  const std::uint64_t hash = detail::pointer_hash(ptr);
   shard& s = shard_for(hash);
   // Filled only when misuse is found: zeroing it on every free (a rep stos) was measurable.
   misuse_report misuses[2];  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)

@@ -2,6 +2,7 @@
 // benchmark includes it too, to pick pointers that share a shard or do not (BM_shard_pair).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gpuguard::detail {
@@ -15,8 +16,21 @@ inline std::uint64_t pointer_hash(const void* ptr) noexcept {
   return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) >> 4) * 0x9E3779B97F4A7C15ULL;
 }
 
-inline unsigned ledger_shard_of(const void* ptr) noexcept {
-  return static_cast<unsigned>(pointer_hash(ptr) >> (64 - ledger_shard_bits));
+/// The shard a hash's record is in: the hash's top bits.
+inline unsigned ledger_shard_of_hash(std::uint64_t hash) noexcept {
+  return static_cast<unsigned>(hash >> (64 - ledger_shard_bits));
+}
+
+inline unsigned ledger_shard_of(const void* ptr) noexcept { return ledger_shard_of_hash(pointer_hash(ptr)); }
+
+/// Where a hash's probe starts in its shard's table of `size` slots (a power of two, at least 2):
+/// the bits just below the shard's. A multiply carries each bit of the address only upwards, so
+/// the hash's low bits are zero for aligned addresses: taken as the slot, they put every 2 MiB
+/// aligned device buffer at slot 0 and 512-byte blocks on one slot in 32, and lookups then walk
+/// runs of neighbours.
+inline std::size_t ledger_home_slot(std::uint64_t hash, std::size_t size) noexcept {
+  const auto table_bits = static_cast<unsigned>(__builtin_ctzll(size));
+  return static_cast<std::size_t>((hash << ledger_shard_bits) >> (64 - table_bits));
 }
 
 }  // namespace gpuguard::detail

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -120,6 +123,48 @@ TEST(ledger, snapshot_lists_live_allocations_in_order) {
     }
   }
   EXPECT_EQ(sizes, (std::vector<std::size_t>{111, 222}));
+}
+
+// Device buffers are aligned to 512 bytes and large ones to 2 MiB, so their addresses differ only
+// in high bits. The live table must still find, free and move every record: thousands of them
+// land in each table, which grows and shifts them on erase, here in a drawn order.
+TEST(ledger, aligned_addresses_are_found_and_freed_in_any_order) {
+  constexpr int device = 57;
+  const std::uint64_t misuse_before = gpuguard::misuse().total();
+  for (const std::uintptr_t alignment : {std::uintptr_t{512}, std::uintptr_t{1} << 21}) {
+    const std::uintptr_t base = std::uintptr_t{0x7e0000000000} + alignment;
+    std::vector<const void*> live;
+    for (std::uintptr_t i = 0; i < 6000; ++i) {
+      // Never dereferenced: the ledger keeps pointers, not memory.
+      const auto* ptr = reinterpret_cast<const void*>(base + i * alignment);  // NOLINT(performance-no-int-to-ptr)
+      gpuguard::record_allocation({ptr, 100 + i % 7, device, nullptr, gpuguard::memory_kind::host});
+      live.push_back(ptr);
+    }
+    std::mt19937 draw(7);
+    std::shuffle(live.begin(), live.end(), draw);
+    // Free two thirds in the drawn order, each found with the bytes it was recorded with.
+    const std::size_t freed = live.size() * 2 / 3;
+    for (std::size_t i = 0; i < freed; ++i) {
+      const std::uintptr_t index = (reinterpret_cast<std::uintptr_t>(live[i]) - base) / alignment;
+      const gpuguard::free_result r =
+          gpuguard::record_free(live[i], gpuguard::unknown_size, gpuguard::host_device_id, nullptr);
+      ASSERT_TRUE(r.known) << "alignment " << alignment << ", record " << index;
+      ASSERT_EQ(r.bytes, 100 + index % 7);
+    }
+    // The rest are still there, and only they.
+    std::size_t listed = 0;
+    for (const gpuguard::allocation_record& r : gpuguard::snapshot(true).live) {
+      if (r.device == device) { ++listed; }
+    }
+    EXPECT_EQ(listed, live.size() - freed);
+    for (std::size_t i = freed; i < live.size(); ++i) {
+      ASSERT_TRUE(gpuguard::record_free(live[i], gpuguard::unknown_size, gpuguard::host_device_id, nullptr).known);
+    }
+    const gpuguard::counters c = gpuguard::device_counters(device);
+    EXPECT_EQ(c.current_bytes, 0U);
+    EXPECT_EQ(c.live_count(), 0U);
+  }
+  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
 }
 
 class misuse : public testing::Test {
