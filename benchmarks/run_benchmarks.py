@@ -56,8 +56,6 @@ HOST_UNTRACKED_1 = "BM_host_pair/untracked/real_time/threads:1"
 HOST_TRACKED_1 = "BM_host_pair/tracked/real_time/threads:1"
 HOST_UNTRACKED_16 = "BM_host_pair/untracked/real_time/threads:16"
 HOST_TRACKED_16 = "BM_host_pair/tracked/real_time/threads:16"
-CLOCK_TSC = "BM_clock_read/tsc/real_time"
-CLOCK_STEADY = "BM_clock_read/steady_clock/real_time"
 HOST_UNTRACKED_2 = "BM_host_pair/untracked/real_time/threads:2"
 HOST_TRACKED_2 = "BM_host_pair/tracked/real_time/threads:2"
 STACKS_ALL = "BM_host_pair_stacks_all/tracked/real_time"
@@ -69,6 +67,8 @@ ASYNC_TRACKED = "BM_cuda_async_pair/tracked/real_time"
 
 # (heading, kind, baseline, measured, limit). kind "added": measured - baseline <= limit ns;
 # "ratio": measured / baseline <= limit.
+CLOCK_TSC = "BM_clock_read/tsc/real_time"
+CLOCK_STEADY = "BM_clock_read/steady_clock/real_time"
 PAIR_TARGETS = [
     ("Host memory, stacks off: added time per allocate+deallocate pair (256 B)", "added",
      HOST_UNTRACKED_1, HOST_TRACKED_1, 50.0),
@@ -533,6 +533,8 @@ def clock_line(results, context):
         used = "the TSC (invariant on this CPU)"
     elif invariant == "0":
         used = "steady_clock (this CPU's TSC is not invariant)"
+    elif not not_run_reason(tsc):
+        used = "the TSC or steady_clock (the run did not record whether the TSC is invariant)"
     else:
         used = "steady_clock (no TSC on this CPU)"
     reads = ("TSC %s ns, " % ns(tsc.real_ns)) if not not_run_reason(tsc) else ""
@@ -648,6 +650,9 @@ def run_benches(args):
         commands.append(command)
         if not document["context"]:
             document["context"] = dict(one.get("context", {}))
+        else:  # a later program's own keys (the tracking program's invariant_tsc) are kept too
+            for key, value in one.get("context", {}).items():
+                document["context"].setdefault(key, value)
         document["benchmarks"] += one.get("benchmarks", [])
     document["context"]["gpuguard_machine"] = describe_machine()
     document["context"]["gpuguard_bench_command"] = commands[0]

@@ -303,6 +303,8 @@ def check_programs(tmp, doc, sample):
         part["benchmarks"] = [e for e in doc["benchmarks"] if e["run_name"].startswith(prefixes)]
         for key in ("gpuguard_machine", "gpuguard_bench_command", "gpuguard_bench_commands"):
             del part["context"][key]
+        if name == "gpuguard_ops_bench":  # a key of the second program's own context
+            part["context"]["second_program_key"] = "kept"
         data = os.path.join(tmp, name + ".json")
         with open(data, "w") as f:
             json.dump(part, f)
@@ -334,6 +336,7 @@ def check_programs(tmp, doc, sample):
     assert [os.path.basename(c.split()[0]) for c in commands] == [
         "gpuguard_tracking_bench", "gpuguard_ops_bench"], commands
     assert merged["context"]["gpuguard_bench_command"] == commands[0]
+    assert merged["context"]["second_program_key"] == "kept", merged["context"]
     assert merged["context"]["date"] == doc["context"]["date"]
     with open(out) as f:
         text = f.read()
@@ -372,6 +375,8 @@ def check_clock_line(tmp, doc, out):
             "CPU) once per allocation; an operation scope reads it twice.\n") in run(tmp, timed, out)
     timed["context"]["invariant_tsc"] = "0"
     assert "The ledger reads steady_clock (this CPU's TSC is not invariant)" in run(tmp, timed, out)
+    del timed["context"]["invariant_tsc"]  # a run that did not record it claims neither clock
+    assert "The ledger reads the TSC or steady_clock (the run did not record" in run(tmp, timed, out)
 
 
 def main():

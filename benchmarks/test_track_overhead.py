@@ -43,11 +43,15 @@ def main():
     assert t.command_for("plain", argv, "gg") == argv and t.command_for("preload", argv, "gg") == argv
     assert t.command_for("track", argv, "gg") == ["gg", "run", "--track", "--", "prog", "arg"]
     assert t.command_for("run", argv, "gg") == ["gg", "run", "--", "prog", "arg"]
-    base = {"LD_PRELOAD": "/other.so", "PATH": "/bin"}
+    # Each round starts one arm later, so no arm always runs first.
+    assert [t.rotated(t.ARMS, r)[0] for r in range(5)] == ["plain", "track", "preload", "run", "plain"]
+    assert sorted(t.rotated(t.ARMS, 2)) == sorted(t.ARMS)
+    base = {"LD_PRELOAD": "/other.so", "PATH": "/bin", "GPUGUARD_RUN_OPTIONS": "track=1"}
     for arm in t.ARMS:
         env = t.environment_for(arm, "/p.so", base)
         assert env.get("LD_PRELOAD") == ("/p.so" if arm == "preload" else None), (arm, env)
         assert env["GPUGUARD_PRELOAD_LIBRARY"] == "/p.so" and env["PATH"] == "/bin", env
+        assert "GPUGUARD_RUN_OPTIONS" not in env, env
     assert base["LD_PRELOAD"] == "/other.so", "the caller's environment is left alone"
     print("test_track_overhead.py: all checks passed")
 

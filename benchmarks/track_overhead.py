@@ -5,7 +5,7 @@ one run with the two interleaved round by round (so drift falls on both alike):
     (target: each at most 1.02 of plain);
   - track_step.py: a PyTorch training step (target: at most 1.01 of plain).
 
-    python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH [--rounds 5]
+    python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH [--rounds 5] [--parts]
         [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
 
 A figure is the median over rounds of each run's median. Exits 77 without a GPU, 0 otherwise; a
@@ -14,7 +14,8 @@ missed target is reported as MISS in the table, not as a failure of this script.
 --parts adds two more arms to every round, to tell where a --track cost comes from: the program
 with only LD_PRELOAD=PRELOAD (the interposer and the ledger in the process, no supervisor), and
 the program under `gpuguard run` without --track (the supervisor alone). Their ratios against
-plain are written next to --track's.
+plain are written next to --track's. Each round starts with the next arm, so that no arm always
+runs in the same place of a round.
 """
 import argparse
 import datetime
@@ -48,6 +49,7 @@ def command_for(arm, argv, cli):
 def environment_for(arm, preload, base):
     env = dict(base, GPUGUARD_OPTIONS="text_log=off:leak_report=0", GPUGUARD_PRELOAD_LIBRARY=preload)
     env.pop("LD_PRELOAD", None)
+    env.pop("GPUGUARD_RUN_OPTIONS", None)  # its track=1 would make every `gpuguard run` arm track
     if arm == "preload":
         env["LD_PRELOAD"] = preload
     return env
@@ -64,6 +66,12 @@ def measure(argv, arm, cli, preload):
     if done.returncode != 0 or not found:
         raise RuntimeError(f"{command}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
     return found
+
+
+def rotated(arms, round_index):
+    """The arms in the order round `round_index` runs them: each round starts one arm later."""
+    shift = round_index % len(arms)
+    return list(arms[shift:]) + list(arms[:shift])
 
 
 def figures(runs):
@@ -87,14 +95,15 @@ def figures(runs):
 
 def table_text(result, args):
     parts = any("preload" in f for f in result["figures"].values())
-    extra = [arm for arm in ARMS[2:] if parts]
-    header = "| figure | plain | --track | ratio | target | |" + "".join(f" {ARM_TITLES[a]} | ratio |" for a in extra)
+    extra = list(ARMS[2:]) if parts else []
+    header = ("| figure | plain | --track | ratio | target | |"
+              + "".join(f" {ARM_TITLES[a]} | ratio |" for a in extra))
     rule = "| --- | ---: | ---: | ---: | ---: | --- |" + " ---: | ---: |" * len(extra)
     rows = []
     for name, f in result["figures"].items():
         verdict = "ok" if f["ratio"] <= f["target"] else "MISS"
-        rows.append(f"| {name} | {f['plain']:.1f} | {f['track']:.1f} | {f['ratio']:.3f} | {f['target']:.2f} | {verdict} |"
-                    + "".join(f" {f[a]:.1f} | {f[a + '_ratio']:.3f} |" for a in extra))
+        rows.append(f"| {name} | {f['plain']:.1f} | {f['track']:.1f} | {f['ratio']:.3f} | {f['target']:.2f} "
+                    f"| {verdict} |" + "".join(f" {f[a]:.1f} | {f[a + '_ratio']:.3f} |" for a in extra))
     command = f"python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH --rounds {args.rounds}"
     return "\n".join([
         f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, {result['machine']}",
@@ -123,7 +132,7 @@ def main():
     runs = {arm: {} for arm in arms}
     for r in range(args.rounds):
         for program in ([args.bench], [sys.executable, STEP]):
-            for arm in arms:
+            for arm in rotated(arms, r):
                 for name, value in measure(program, arm, args.cli, args.preload).items():
                     runs[arm].setdefault(name, []).append(value)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(

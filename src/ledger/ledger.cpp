@@ -1032,8 +1032,14 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
                                    current_device, slot->device, slot->site, no_site};
         st.wrong_device.fetch_add(1, std::memory_order_relaxed);
       }
-      s.recent[s.recent_next++ % recent_free_count] =
-          recent_free{ptr, slot->bytes, slot->device, slot->site, freed_at};
+      // A block freed again and again (reused between) takes one entry, not the whole ring.
+      const recent_free freed{ptr, slot->bytes, slot->device, slot->site, freed_at};
+      recent_free& newest = s.recent[(s.recent_next + recent_free_count - 1) % recent_free_count];
+      if (s.recent_next != 0 && newest.ptr == ptr) {
+        newest = freed;
+      } else {
+        s.recent[s.recent_next++ % recent_free_count] = freed;
+      }
       freed_slot = device_slot_of(slot->device);
       freed_tag = slot->tag;
       const std::size_t live = remove_bytes(device_ref(freed_slot, st), counts, slot->bytes);

@@ -5,6 +5,8 @@
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
+#include "ledger/shard_hash.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -184,6 +186,35 @@ TEST_F(misuse, double_free_is_reported_counted_and_not_passed_on) {
   EXPECT_NE(err.find("first freed at"), std::string::npos) << err;
   EXPECT_EQ(gpuguard::misuse().double_free, before.double_free + 1);
   EXPECT_EQ(host.used(), 0U) << "the upstream freed it once";
+}
+
+// A block freed, allocated again and freed again and again (a buffer reused every step) keeps one
+// entry of its shard's ring of recent frees, so an older free in that shard is still known.
+TEST_F(misuse, double_free_is_known_after_a_reused_block_cycles_through_its_shard) {
+  constexpr int device = 58;
+  // Made-up addresses, never dereferenced: the ledger keeps pointers, not memory.
+  const auto* freed_once =
+      reinterpret_cast<const void*>(std::uintptr_t{0x7d0000001000});  // NOLINT(performance-no-int-to-ptr)
+  const void* reused = nullptr;
+  for (std::uintptr_t a = 0x7d0000101000; reused == nullptr; a += 16) {
+    const auto* candidate = reinterpret_cast<const void*>(a);  // NOLINT(performance-no-int-to-ptr)
+    if (gpuguard::detail::ledger_shard_of(candidate) == gpuguard::detail::ledger_shard_of(freed_once)) {
+      reused = candidate;
+    }
+  }
+  gpuguard::record_allocation({freed_once, 64, device, nullptr, gpuguard::memory_kind::host});
+  ASSERT_TRUE(gpuguard::record_free(freed_once, 64, gpuguard::host_device_id, nullptr).known);
+  for (int step = 0; step < 100; ++step) {
+    gpuguard::record_allocation({reused, 64, device, nullptr, gpuguard::memory_kind::host});
+    ASSERT_TRUE(gpuguard::record_free(reused, 64, gpuguard::host_device_id, nullptr).known);
+  }
+  testing::internal::CaptureStderr();
+  const gpuguard::free_result again = gpuguard::record_free(freed_once, 64, gpuguard::host_device_id, nullptr);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(again.double_free);
+  EXPECT_NE(err.find("[gpuguard] error: double free"), std::string::npos) << err;
+  EXPECT_EQ(gpuguard::misuse().double_free, before.double_free + 1);
+  EXPECT_EQ(gpuguard::misuse().unknown_pointer, before.unknown_pointer);
 }
 
 TEST_F(misuse, unknown_pointer_is_reported_and_not_freed) {
