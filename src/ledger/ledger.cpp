@@ -305,7 +305,6 @@ struct alignas(64) shard {
   std::size_t recent_next = 0;
 };
 
-
 struct ledger_state {
   std::array<shard, shard_count> shards;
   std::array<live_counter, device_slots> devices;

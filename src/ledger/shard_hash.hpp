@@ -10,7 +10,7 @@ namespace gpuguard::detail {
 /// log2 of the live table's shards (ledger.cpp says why 256).
 constexpr unsigned ledger_shard_bits = 8;
 
-/// The live table's hash of a pointer: its top bits pick the shard, its low bits the slot.
+/// The live table's hash of a pointer: its top bits pick the shard, the bits below them the slot.
 inline std::uint64_t pointer_hash(const void* ptr) noexcept {
   // Allocations are at least 16-byte aligned: drop the zero bits, then spread with a multiply.
   return (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) >> 4) * 0x9E3779B97F4A7C15ULL;
