@@ -13,11 +13,12 @@ run, and the JSONL writer's rate, into a Markdown file.
 its results are put into one JSON document, and the median aggregates are used. The repetitions of
 all of a program's benchmarks run in one random interleaved order (--no-interleave: each
 benchmark's repetitions back to back), so that a machine's drift over the run (its clock, its
-neighbours) falls on a tracked benchmark and its baseline alike instead of on whichever ran later. Every repetition
-is kept in the JSON, because Google Benchmark leaves a repetition that failed (SkipWithError) out
-of the aggregates: a benchmark with any failed repetition is reported as not run. With --json-in
-the Markdown is built from that JSON instead. The tables of a program appear when it ran (or when
-the JSON holds any of its results); a benchmark of it missing from the run shows as "not run".
+neighbours) falls on a tracked benchmark and its baseline alike instead of on whichever ran
+later. Every repetition is kept in the JSON, because Google Benchmark leaves a repetition that
+failed (SkipWithError) out of the aggregates: a benchmark with any failed repetition is reported as
+not run. With --json-in the Markdown is built from that JSON instead. The tables of a program
+appear when it ran (or when the JSON holds any of its results); a benchmark of it missing from the
+run shows as "not run".
 
 Without --append-section the output file is replaced by one report ("## Results"). With --append-section NAME
 the report becomes the section "## NAME" of the file: a section of that name is replaced, every
@@ -65,10 +66,11 @@ CUDA_TRACKED = "BM_cuda_malloc_pair/tracked/real_time"
 ASYNC_UNTRACKED = "BM_cuda_async_pair/untracked/real_time"
 ASYNC_TRACKED = "BM_cuda_async_pair/tracked/real_time"
 
-# (heading, kind, baseline, measured, limit). kind "added": measured - baseline <= limit ns;
-# "ratio": measured / baseline <= limit.
 CLOCK_TSC = "BM_clock_read/tsc/real_time"
 CLOCK_STEADY = "BM_clock_read/steady_clock/real_time"
+
+# (heading, kind, baseline, measured, limit). kind "added": measured - baseline <= limit ns;
+# "ratio": measured / baseline <= limit.
 PAIR_TARGETS = [
     ("Host memory, stacks off: added time per allocate+deallocate pair (256 B)", "added",
      HOST_UNTRACKED_1, HOST_TRACKED_1, 50.0),
