@@ -11,6 +11,9 @@
 //       one cudaMalloc+cudaFree of 1 MiB per iteration.
 //   BM_cuda_async_pair/{untracked,tracked}/real_time
 //       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
+//   BM_cuda_get_device/real_time
+//       one cudaGetDevice: what the tracking resource adds to each device free besides the ledger
+//       (it passes the current device to record_free for the wrong-device check).
 //   BM_shard_pair/{apart,together}/real_time/threads:2
 //       each of two threads records an allocation and a free of one fixed address of its own
 //       straight into the ledger (no memory behind it): apart, the two addresses are in different
@@ -181,6 +184,16 @@ void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
 }
 
+void BM_cuda_get_device(benchmark::State& state) {
+  if (!gpu_or_skip(state)) { return; }
+  int device = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cudaGetDevice(&device));
+    benchmark::DoNotOptimize(device);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // ---- d. two threads, one shard or two -------------------------------------------------------------
 // Made-up addresses, never dereferenced: the ledger keeps pointers, not memory.
 const void* fake_address(std::uintptr_t address) {
@@ -286,6 +299,7 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_get_device", BM_cuda_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/apart", BM_shard_pair_apart)->Threads(2)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/together", BM_shard_pair_together)->Threads(2)->UseRealTime();
   benchmark::RegisterBenchmark("BM_aligned_pair/512_bytes", BM_aligned_pair_512)->UseRealTime();
