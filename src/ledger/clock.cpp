@@ -93,6 +93,4 @@ void refine_clock() noexcept {
 #endif
 }
 
-const char* clock_name() noexcept { return fast_clock().usable ? "tsc" : "steady_clock"; }
-
 }  // namespace gpuguard::detail

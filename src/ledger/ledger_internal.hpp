@@ -70,9 +70,6 @@ std::int64_t clock_start_unix_ns() noexcept;
 /// Refines the scale of the fast clock (see clock.hpp); the outputs' writer calls it now and then.
 void refine_clock() noexcept;
 
-/// "tsc" or "steady_clock": what now_ns() reads on this machine.
-const char* clock_name() noexcept;
-
 /// Devices (host: host_device_id) that ever recorded an allocation, ascending.
 std::vector<int> active_devices();
 
