@@ -18,7 +18,7 @@
 //       nvtx=1 and no sink at all (the writer drains and writes nothing).
 //   BM_op_scope/scoped_no_outputs/manual_time
 //       the scoped body with the outputs stopped: no queue, no NVTX range; the clock reads and the
-//       counters alone. scoped minus this is what queueing the result costs.
+//       counters alone. scoped minus this is what the queue and the NVTX range cost.
 //   BM_op_scope_pair/{baseline,scoped}/manual_time
 //       the same, with one allocate+deallocate of 256 bytes through gpuguard::tracking_resource
 //       on host memory as the body, so that the scope has allocations to count.
@@ -26,11 +26,6 @@
 //       as BM_op_scope/{baseline,scoped}, but each body is timed on its own with two
 //       steady_clock reads: counters p50_ns, p99_ns, p999_ns and max_ns over all bodies of the run
 //       show whether a producer ever waits while the writer works (the clock reads are in both).
-//   BM_event_queue/{plain,prefetched}/manual_time
-//       the output queue alone: batches of 8192 pushes of a scope's result while a consumer thread
-//       takes them out; prefetched also asks for the next cell after each push. Their ratio says
-//       whether the outputs' submit should do that on the machine (the 2-core CPU machine cannot
-//       tell: its consumer and producer share the cores).
 //   BM_jsonl_sink/{file,dev_null}/real_time
 //       the writer's sustained rate: one iteration queues 65536 empty scopes (nvtx=0) and waits
 //       for flush_outputs(). The producer keeps at most half the queue in flight (it checks every
@@ -52,13 +47,10 @@
 #include <gpuguard/tracking_resource.hpp>
 
 #include "malloc_resource.hpp"
-#include "outputs/event_queue.hpp"
-#include "outputs/sinks.hpp"
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -266,8 +258,8 @@ class producer_meter {
   std::int64_t involuntary_ = 0;
 };
 
-/// Batches of `batch` bodies, each batch timed alone; flush_outputs() between batches, untimed.
-/// The iteration time is the batch's wall time; producer_meter adds what the thread did.
+/// One batch of `batch` bodies: the iteration time is the batch's wall time; producer_meter adds
+/// what the thread did.
 template <class Body>
 void time_batch(benchmark::State& state, producer_meter& meter, Body& body) {
   meter.start();
@@ -278,6 +270,8 @@ void time_batch(benchmark::State& state, producer_meter& meter, Body& body) {
   state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
 }
 
+/// Batches of bodies with the outputs running, each batch timed alone; flush_outputs() between
+/// batches, untimed.
 template <class Body>
 void batches(benchmark::State& state, sink_mode sinks, bool nvtx, bool queues, Body body) {
   outputs_run run(state, sinks, nvtx);
@@ -367,58 +361,6 @@ void latencies(benchmark::State& state, bool queues, Body body) {
 void BM_op_scope_latency_baseline(benchmark::State& state) { latencies(state, false, empty_body{}); }
 void BM_op_scope_latency_scoped(benchmark::State& state) { latencies(state, true, scoped<empty_body>{}); }
 
-// ---- 2b. the output queue alone ------------------------------------------------------------------
-/// Batches of `batch` pushes of a scope's queued result into the writer's queue (the default
-/// capacity) while a consumer thread takes each one out and reads all of it, as the writer does.
-/// With `prefetch`, each push then asks for the next cell (event_queue::prefetch_for_push). Between
-/// batches, untimed, the consumer catches up.
-void queue_pushes(benchmark::State& state, bool prefetch) {
-  using gpuguard::detail::queued_op;
-  gpuguard::detail::event_queue<queued_op> queue(queue_capacity);
-  std::atomic<bool> done{false};
-  std::atomic<std::uint64_t> checksum{0};
-  std::thread consumer([&] {
-    queued_op item;
-    std::uint64_t sum = 0;
-    const auto take = [&] {
-      if (!queue.try_pop(item)) { return false; }
-      sum += item.op.start_ns + static_cast<std::uint64_t>(item.tid) + static_cast<unsigned char>(item.op.name[0]);
-      return true;
-    };
-    while (!done.load(std::memory_order_acquire)) {
-      if (!take()) { std::this_thread::yield(); }
-    }
-    while (take()) {}
-    checksum.store(sum, std::memory_order_relaxed);
-  });
-  queued_op value;
-  std::snprintf(value.op.name, sizeof value.op.name, "%s", "bench_op");
-  value.tid = 1;
-  bool full = false;
-  for (auto _ : state) {
-    const bench_clock::time_point start = bench_clock::now();
-    for (std::size_t i = 0; i < batch; ++i) {
-      std::size_t position = 0;
-      value.op.start_ns = static_cast<std::int64_t>(i);
-      full = full || !queue.try_push(value, position);
-      if (prefetch) { queue.prefetch_for_push(position + 1); }
-    }
-    const bench_clock::time_point stop = bench_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
-    while (queue.consumed() != queue.claimed()) { std::this_thread::yield(); }
-  }
-  done.store(true, std::memory_order_release);
-  consumer.join();
-  benchmark::DoNotOptimize(checksum.load(std::memory_order_relaxed));
-  if (full) {
-    state.SkipWithError("the queue was full: a push was refused");
-    return;
-  }
-  state.SetItemsProcessed(static_cast<std::int64_t>(scopes_in(state, batch)));
-}
-void BM_event_queue_plain(benchmark::State& state) { queue_pushes(state, false); }
-void BM_event_queue_prefetched(benchmark::State& state) { queue_pushes(state, true); }
-
 // ---- 3. the writer's sustained rate into the JSONL file ------------------------------------------
 /// Sleeps while the writer is behind, so that at most max_in_flight events wait in the queue after
 /// the next check_every scopes.
@@ -462,8 +404,6 @@ void register_benchmarks() {
   batched("BM_op_scope_pair/scoped", BM_op_scope_pair_scoped);
   batched("BM_op_scope_latency/baseline", BM_op_scope_latency_baseline);
   batched("BM_op_scope_latency/scoped", BM_op_scope_latency_scoped);
-  batched("BM_event_queue/plain", BM_event_queue_plain);
-  batched("BM_event_queue/prefetched", BM_event_queue_prefetched);
   benchmark::RegisterBenchmark("BM_jsonl_sink/file", BM_jsonl_sink_file)->UseRealTime();
   benchmark::RegisterBenchmark("BM_jsonl_sink/dev_null", BM_jsonl_sink_dev_null)->UseRealTime();
 }

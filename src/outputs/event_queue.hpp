@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 
 namespace gpuguard::detail {
@@ -52,20 +51,6 @@ class event_queue {
       } else {
         pos = tail_.load(std::memory_order_relaxed);
       }
-    }
-  }
-
-  /// Asks the processor to bring the cell of push `position` into this core's cache for writing,
-  /// so that the push finds it there. The consumer read and released the cell a lap ago, so its
-  /// lines sit in another core's cache or the shared one; fetched at the push itself, that
-  /// transfer is a stall in the producer. A hint only: it changes nothing the queue holds. The
-  /// outputs do not call it yet: BM_event_queue/{plain,prefetched} measures whether it pays where
-  /// the consumer runs on another core.
-  void prefetch_for_push(std::size_t position) const noexcept {
-    constexpr std::uintptr_t line = 64;
-    const auto first = reinterpret_cast<std::uintptr_t>(&cells_[position & mask_]);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
-    for (std::uintptr_t address = first & ~(line - 1); address < first + sizeof(cell); address += line) {
-      __builtin_prefetch(reinterpret_cast<const void*>(address), 1, 3);  // NOLINT(performance-no-int-to-ptr)
     }
   }
 
