@@ -14,6 +14,9 @@
 //   BM_cuda_get_device/real_time
 //       one cudaGetDevice: what the tracking resource adds to each device free besides the ledger
 //       (it passes the current device to record_free for the wrong-device check).
+//   BM_cu_ctx_get_device/real_time
+//       one cuCtxGetDevice, the driver's answer to the same question, which the tracking resource
+//       asks instead, falling back to cudaGetDevice where no context is current.
 //   BM_shard_pair/{apart,together}/real_time/threads:2
 //       each of two threads records an allocation and a free of one fixed address of its own
 //       straight into the ledger (no memory behind it): apart, the two addresses are in different
@@ -44,6 +47,7 @@
 #include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
+#include <cuda.h>
 
 #include <chrono>
 #include <cstddef>
@@ -194,6 +198,25 @@ void BM_cuda_get_device(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+void BM_cu_ctx_get_device(benchmark::State& state) {
+  if (!gpu_or_skip(state)) { return; }
+  using context_device_fn = CUresult(CUDAAPI*)(CUdevice*);
+  void* found = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &found, 12000, cudaEnableDefault, &status) != cudaSuccess ||
+      status != cudaDriverEntryPointSuccess) {
+    state.SkipWithError("the driver has no cuCtxGetDevice");
+    return;
+  }
+  const auto fn = reinterpret_cast<context_device_fn>(found);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  CUdevice device = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(fn(&device));
+    benchmark::DoNotOptimize(device);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // ---- d. two threads, one shard or two -------------------------------------------------------------
 // Made-up addresses, never dereferenced: the ledger keeps pointers, not memory.
 const void* fake_address(std::uintptr_t address) {
@@ -300,6 +323,7 @@ void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_get_device", BM_cuda_get_device)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cu_ctx_get_device", BM_cu_ctx_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/apart", BM_shard_pair_apart)->Threads(2)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/together", BM_shard_pair_together)->Threads(2)->UseRealTime();
   benchmark::RegisterBenchmark("BM_aligned_pair/512_bytes", BM_aligned_pair_512)->UseRealTime();

