@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU runner: on a machine with a GPU (the H200 through the device tool), builds what the chosen
+# The GPU runner: on a machine with a GPU (an H200 or an H100 through the device tool), builds what the chosen
 # slices need and runs the tests that need a GPU or behave differently with one, with GPU tests
 # required (a GPU test that skips fails), then prints a summary with the time of each step. The
 # CPU-only suite (lint, sanitizers, consumer builds, the browser) is CI's, not the runner's.
@@ -106,6 +106,10 @@ export GPUGUARD_REQUIRE_GPU=1
 # Tests labelled multigpu need two GPUs: required where there are two, left out (and said so in
 # the summary) where there is one.
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+# The benchmark sections are named after the GPU that ran them ("H200 machine", "H100 machine"):
+# the device tool may lend either.
+gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{ sub(/^NVIDIA /, ""); print $1 }')
+machine="${gpu_model:-GPU} machine"
 if [ "${gpus:-0}" -ge 2 ]; then
   export GPUGUARD_REQUIRE_GPUS=2
   leave_out='^browser\.'
@@ -151,16 +155,16 @@ for s in "${slices[@]}"; do
     bench)
       step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
-        --append-section "H200 machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+        --append-section "$machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
       step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
         "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" --parts \
-        --out "$out/benchmarks.md" --append-section "H200 machine: --track" --json-out "$out/track_overhead.json"
+        --out "$out/benchmarks.md" --append-section "$machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
         # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so
         # fewer rounds cannot tell observe's 1 percent from noise.
         step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
           --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-5}" --steps 1010 \
-          --out "$out/benchmarks.md" --append-section "H200 machine: LibTorch adapter" --json-out "$out/torch_bench.json"
+          --out "$out/benchmarks.md" --append-section "$machine: LibTorch adapter" --json-out "$out/torch_bench.json"
       else
         summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
       fi
