@@ -318,6 +318,26 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
+def rounds_verdict(baseline, measured, limit):
+    """The verdict on rounds that each ran the baseline and the measured program once, in separate
+    processes: (verdict, each round's ratio). PASS where every round's ratio measured / baseline is
+    at most `limit`, MISS where none is, and "within noise" where the rounds disagree: then one
+    process's time differs from the next one's by more than the margin judged, and the median of
+    the rounds cannot be told from the target (docs/benchmarks.md shows how far they spread)."""
+    if not baseline or len(baseline) != len(measured):
+        raise ValueError("rounds_verdict needs one baseline per measured round")
+    ratios = [m / b for b, m in zip(baseline, measured)]
+    if max(ratios) <= limit:
+        return "PASS", ratios
+    if min(ratios) > limit:
+        return "MISS", ratios
+    return "within noise", ratios
+
+
+def ratio_range(ratios):
+    return "%.3f to %.3f" % (min(ratios), max(ratios))
+
+
 def not_run_reason(*results):
     for result in results:
         if result.not_run:

@@ -12,18 +12,23 @@ import track_overhead as t  # noqa: E402
 def main():
     runs = {
         "plain": {"cuMemAllocAsync pair ns": [1000.0, 1100.0, 1050.0], "median step ms": [2.0, 2.2, 2.1]},
-        "track": {"cuMemAllocAsync pair ns": [1040.0, 1090.0, 1070.0], "median step ms": [2.0, 2.3, 2.2]},
+        "track": {"cuMemAllocAsync pair ns": [1040.0, 1090.0, 1070.0], "median step ms": [2.1, 2.3, 2.2]},
     }
     figures = t.figures(runs)
     async_pair = figures["cuMemAllocAsync pair ns"]
     assert async_pair["plain"] == 1050.0 and async_pair["track"] == 1070.0, async_pair
     assert abs(async_pair["ratio"] - 1070.0 / 1050.0) < 1e-12 and async_pair["target"] == 1.02, async_pair
     assert "preload" not in async_pair and "cudaMalloc pair ns" not in figures, figures
+    # Each round's own ratio decides: 1.040, 0.991 and 1.019 against 1.02 disagree; the step's
+    # 1.050, 1.045 and 1.048 against 1.01 all miss.
+    assert async_pair["verdict"] == "within noise", async_pair
+    assert [round(r, 3) for r in async_pair["round_ratios"]] == [1.04, 0.991, 1.019], async_pair
+    assert figures["median step ms"]["verdict"] == "MISS", figures
     args = argparse.Namespace(rounds=3)
     result = {"date": "2026-12-05", "machine": {"cpu": "x"}, "rounds": 3, "figures": figures}
     table = t.table_text(result, args)
-    assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 1.02 | ok |\n" in table, table
-    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.01 | MISS |\n" in table, table
+    assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 0.991 to 1.040 | 1.02 | within noise |\n" in table, table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.01 | MISS |\n" in table, table
     assert "--parts" not in table and "LD_PRELOAD" not in table, table
 
     # With --parts: each arm's median and ratio, in the table after --track's verdict.
@@ -35,8 +40,20 @@ def main():
     assert step["run"] == 2.1 and step["run_ratio"] == 1.0, step
     table = t.table_text(dict(result, figures=figures), args)
     assert "--rounds 3 --parts`" in table, table
-    assert "| figure | plain | --track | ratio | target | | LD_PRELOAD only | ratio | run, no --track | ratio |\n" in table
-    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
+    assert ("| figure | plain | --track | ratio | rounds' ratios | target | verdict | LD_PRELOAD only | ratio "
+            "| run, no --track | ratio |\n") in table, table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
+
+    # The verdict on rounds: PASS only if every round is within the target.
+    assert t.rounds_verdict([100.0, 100.0], [101.0, 102.0], 1.02)[0] == "PASS"
+    assert t.rounds_verdict([100.0, 100.0], [101.0, 102.1], 1.02)[0] == "within noise"
+    assert t.rounds_verdict([100.0], [103.0], 1.02)[0] == "MISS"
+    for bad in (([], []), ([1.0, 2.0], [1.0])):
+        try:
+            t.rounds_verdict(*bad, 1.02)
+        except ValueError:
+            continue
+        raise AssertionError(f"rounds_verdict{bad} was accepted")
 
     # The arms' commands: only --track and run go through the CLI; only preload sets LD_PRELOAD here.
     argv = ["prog", "arg"]

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Checks torch_bench.py's arithmetic, verdicts and table on made-up rounds, without a GPU. Plain
+python3; exits non-zero on the first failed check."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_bench as t  # noqa: E402
+
+
+def main():
+    per_mode = {
+        "native": [2.0, 2.2, 2.1],
+        "observe": [2.1, 2.1, 2.1],        # rounds' ratios 1.050, 0.955, 1.000: they disagree on 1.01
+        "swap_in": [2.4, 2.6, 2.5],        # 1.200, 1.182, 1.190: every round misses 1.15
+        "native_async": [2.2, 2.2, 2.2],
+    }
+    machine = {"cpu": "Test CPU", "gpus": [{"name": "Test GPU", "driver": "1.0"}]}
+    doc = t.summarize(per_mode, 3, 110, machine)
+    assert doc["median_ms"] == {"native": 2.1, "observe": 2.1, "swap_in": 2.5, "native_async": 2.2}, doc
+    assert doc["ratios"]["observe"] == 1.0 and abs(doc["ratios"]["swap_in"] - 2.5 / 2.1) < 1e-12, doc
+    assert doc["verdicts"] == {"observe": "within noise", "swap_in": "MISS"}, doc
+    assert [round(r, 3) for r in doc["round_ratios"]["observe"]] == [1.05, 0.955, 1.0], doc
+    lines = t.table_lines(doc, "torch_cnn")
+    assert lines[0] == "Machine: Test CPU, Test GPU (driver 1.0); " + doc["date"] + ".", lines
+    assert "| observe | 2.100 ms | 1.000 | 0.955 to 1.050 | at most 1.01 | within noise |" in lines, lines
+    assert "| swap_in | 2.500 ms | 1.190 | 1.182 to 1.200 | at most 1.15 | MISS |" in lines, lines
+
+    # Every round within its target: PASS, though the median alone would say the same.
+    doc = t.summarize(dict(per_mode, observe=[2.0, 2.2, 2.1], swap_in=[2.2, 2.3, 2.2]), 3, 110, machine)
+    assert doc["verdicts"] == {"observe": "PASS", "swap_in": "PASS"}, doc
+
+    # Each round starts one mode later; every mode runs once a round.
+    assert [t.rotated(t.MODES, r)[0] for r in range(5)] == ["native", "observe", "swap_in", "native_async", "native"]
+    assert sorted(t.rotated(t.MODES, 3)) == sorted(t.MODES)
+    print("test_torch_bench.py: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
