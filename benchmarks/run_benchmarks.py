@@ -273,6 +273,12 @@ def describe_machine():
     return {"cpu": cpu, "cores": os.cpu_count() or 0, "gpus": gpus}
 
 
+def machine_words(machine):
+    """describe_machine()'s result in words: "CPU model, N cores, GPU (driver D)"."""
+    gpus = ", ".join("%s (driver %s)" % (g["name"], g["driver"]) for g in machine.get("gpus", [])) or "no GPU"
+    return "%s, %s cores, %s" % (machine.get("cpu", "unknown CPU"), machine.get("cores", "?"), gpus)
+
+
 def machine_lines(document):
     context = document.get("context", {})
     machine = context.get("gpuguard_machine")

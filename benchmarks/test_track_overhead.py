@@ -30,6 +30,7 @@ def main():
     assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 0.991 to 1.040 | 1.02 | within noise |\n" in table, table
     assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.01 | MISS |\n" in table, table
     assert "--parts" not in table and "LD_PRELOAD" not in table, table
+    assert "interleaved rounds, 2026-12-05, x, ? cores, no GPU\n" in table, table
 
     # With --parts: each arm's median and ratio, in the table after --track's verdict.
     runs["preload"] = {"cuMemAllocAsync pair ns": [1060.0, 1080.0, 1000.0], "median step ms": [2.1, 2.2, 2.4]}

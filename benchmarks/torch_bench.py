@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmarks import describe_machine, ratio_range, rounds_verdict, with_section  # noqa: E402
+from run_benchmarks import describe_machine, machine_words, ratio_range, rounds_verdict, with_section  # noqa: E402
 
 MODES = ("native", "observe", "swap_in", "native_async")
 TARGETS = {"observe": 1.01, "swap_in": 1.15}
@@ -71,8 +71,7 @@ def summarize(per_mode, rounds, steps, machine):
 
 def table_lines(document, binary_name):
     medians, rounds, steps = document["median_ms"], document["rounds"], document["steps"]
-    gpus = ", ".join(f"{g['name']} (driver {g['driver']})" for g in document["machine"]["gpus"]) or "no GPU"
-    lines = [f"Machine: {document['machine']['cpu']}, {gpus}; {document['date']}.",
+    lines = [f"Machine: {machine_words(document['machine'])}; {document['date']}.",
              f"Command: `python3 benchmarks/torch_bench.py {binary_name} --rounds {rounds} "
              f"--steps {steps}`: median step of examples/torch_cnn over {steps - 10} steps after "
              f"10 of warm-up, median of {rounds} interleaved rounds.", "",

@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmarks import describe_machine, ratio_range, rounds_verdict, with_section  # noqa: E402
+from run_benchmarks import describe_machine, machine_words, ratio_range, rounds_verdict, with_section  # noqa: E402
 
 STEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_step.py")
 FIGURES = (("cudaMalloc pair ns", 1.02), ("cuMemAllocAsync pair ns", 1.02), ("median step ms", 1.01))
@@ -109,7 +109,8 @@ def table_text(result, args):
                     + "".join(f" {f[a]:.1f} | {f[a + '_ratio']:.3f} |" for a in extra))
     command = f"python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH --rounds {args.rounds}"
     return "\n".join([
-        f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, {result['machine']}",
+        f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, "
+        f"{machine_words(result['machine'])}",
         f"(`{command}{' --parts' if parts else ''}`):",
         "",
         header,
