@@ -2,6 +2,7 @@
 """Checks torch_bench.py's arithmetic, verdicts and table on made-up rounds, without a GPU. Plain
 python3; exits non-zero on the first failed check."""
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +34,17 @@ def main():
     # Each round starts one mode later; every mode runs once a round.
     assert [t.rotated(t.MODES, r)[0] for r in range(5)] == ["native", "observe", "swap_in", "native_async", "native"]
     assert sorted(t.rotated(t.MODES, 3)) == sorted(t.MODES)
+    # --json-in: the table of a recorded run, with the verdicts of its rounds; a file that is not
+    # one is refused by name, with status 2.
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "torch_bench.py")
+    recorded = os.path.join(here, "testdata", "h100_torch_bench_2026-12-05_1524.json")
+    done = subprocess.run([sys.executable, script, "--json-in", recorded], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "| observe | 1.608 ms | 0.936 | 0.830 to 1.182 | at most 1.01 | within noise |" in done.stdout, done.stdout
+    done = subprocess.run([sys.executable, script, "--json-in", script], capture_output=True, text=True)
+    assert done.returncode == 2, done
+    assert f"{script}: not a recorded run" in done.stderr, done.stderr
     print("test_torch_bench.py: all checks passed")
 
 

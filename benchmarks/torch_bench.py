@@ -5,6 +5,7 @@ modes interleaved (so drift in clocks or temperature falls on all of them alike)
 
     python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210]
         [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+    python3 benchmarks/torch_bench.py --json-in FILE [--out ... --append-section NAME]
 
 Each round runs every mode once (`TORCH_CNN --mode M --bench --no-leak --steps N`; the program
 drops its first 10 steps as warm-up and prints the median of the rest), starting one mode later
@@ -92,27 +93,44 @@ def table_lines(document, binary_name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("binary")
+    parser.add_argument("binary", nargs="?", help="examples/torch_cnn (not with --json-in)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=210)
     parser.add_argument("--out")
     parser.add_argument("--append-section", metavar="NAME")
     parser.add_argument("--json-out")
+    parser.add_argument("--json-in", metavar="FILE",
+                        help="write the table of a recorded run (a --json-out file) instead of running")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps <= 10:
         parser.error("--rounds must be at least 1 and --steps more than 10 (the warm-up)")
+    if (args.binary is None) == (args.json_in is None):
+        parser.error("give either TORCH_CNN or --json-in FILE")
 
-    per_mode = {m: [] for m in MODES}
-    for r in range(args.rounds):
-        for mode in rotated(MODES, r):
-            per_mode[mode].append(median_step_ms(args.binary, mode, args.steps))
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES),
-              flush=True)
-    document = summarize(per_mode, args.rounds, args.steps, describe_machine())
+    if args.json_in:
+        try:
+            with open(args.json_in) as f:
+                recorded = json.load(f)
+            per_mode = {m: [float(v) for v in recorded["per_round_ms"][m]] for m in MODES}
+            document = dict(summarize(per_mode, recorded["rounds"], recorded["steps"], recorded["machine"]),
+                            date=recorded["date"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"torch_bench.py: {args.json_in}: not a recorded run ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+        binary_name = "torch_cnn"
+    else:
+        per_mode = {m: [] for m in MODES}
+        for r in range(args.rounds):
+            for mode in rotated(MODES, r):
+                per_mode[mode].append(median_step_ms(args.binary, mode, args.steps))
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES),
+                  flush=True)
+        document = summarize(per_mode, args.rounds, args.steps, describe_machine())
+        binary_name = os.path.basename(args.binary)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(document, f, indent=2)
-    lines = table_lines(document, os.path.basename(args.binary))
+    lines = table_lines(document, binary_name)
     body = "\n".join(lines) + "\n"
     print(body)
     if args.out:
