@@ -8,7 +8,8 @@ one run with the two interleaved round by round (so drift falls on both alike):
     python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH [--rounds 5] [--parts]
         [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
 
-A figure is the median over rounds of each run's median. The verdict looks at every round's own
+A figure is the median over rounds of each run's median; --json-out keeps the figures and every
+arm's value in every round ("per_round"). The verdict looks at every round's own
 ratio (--track against the plain run of the same round): PASS if each is within the target, MISS if
 none is, "within noise" if the rounds disagree. Exits 77 without a GPU, 0 otherwise; a missed
 target is reported in the table, not as a failure of this script.
@@ -143,7 +144,7 @@ def main():
             f"{name}: " + ", ".join(f"{runs[arm][name][-1]:.1f} {arm}" for arm in arms)
             for name, _ in FIGURES if name in runs["plain"]), flush=True)
     result = {"date": datetime.date.today().isoformat(), "machine": describe_machine(), "rounds": args.rounds,
-              "figures": figures(runs)}
+              "figures": figures(runs), "per_round": runs}
     table = table_text(result, args)
     print(table)
     if args.out:
