@@ -9,10 +9,10 @@ one run with the two interleaved round by round (so drift falls on both alike):
         [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
 
 A figure is the median over rounds of each run's median; --json-out keeps the figures and every
-arm's value in every round ("per_round"). The verdict looks at every round's own
-ratio (--track against the plain run of the same round): PASS if each is within the target, MISS if
-none is, "within noise" if the rounds disagree. Exits 77 without a GPU, 0 otherwise; a missed
-target is reported in the table, not as a failure of this script.
+arm's value in every round ("per_round"). The verdict looks at every round's own ratio (--track
+against the plain run of the same round): PASS if each is within the target, MISS if none is,
+"within noise" if the rounds disagree. Exits 77 without a GPU, 0 otherwise; a missed target is
+reported in the table, not as a failure of this script.
 
 --parts adds two more arms to every round, to tell where a --track cost comes from: the program
 with only LD_PRELOAD=PRELOAD (the interposer and the ledger in the process, no supervisor), and
