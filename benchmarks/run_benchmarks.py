@@ -340,6 +340,13 @@ def rounds_verdict(baseline, measured, limit):
     return "within noise", ratios
 
 
+def rotated(arms, round_index):
+    """The arms (programs or modes) in the order round `round_index` runs them: each round starts
+    one arm later, so that no arm always runs first."""
+    shift = round_index % len(arms)
+    return list(arms[shift:]) + list(arms[:shift])
+
+
 def ratio_range(ratios):
     return "%.3f to %.3f" % (min(ratios), max(ratios))
 

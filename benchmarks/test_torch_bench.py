@@ -17,18 +17,18 @@ def main():
         "native_async": [2.2, 2.2, 2.2],
     }
     machine = {"cpu": "Test CPU", "cores": 16, "gpus": [{"name": "Test GPU", "driver": "1.0"}]}
-    doc = t.summarize(per_mode, 3, 110, machine)
+    doc = t.summarize(per_mode, 3, 110, machine, "2026-12-05")
     assert doc["median_ms"] == {"native": 2.1, "observe": 2.1, "swap_in": 2.5, "native_async": 2.2}, doc
     assert doc["ratios"]["observe"] == 1.0 and abs(doc["ratios"]["swap_in"] - 2.5 / 2.1) < 1e-12, doc
     assert doc["verdicts"] == {"observe": "within noise", "swap_in": "MISS"}, doc
     assert [round(r, 3) for r in doc["round_ratios"]["observe"]] == [1.05, 0.955, 1.0], doc
     lines = t.table_lines(doc, "torch_cnn")
-    assert lines[0] == "Machine: Test CPU, 16 cores, Test GPU (driver 1.0); " + doc["date"] + ".", lines
+    assert lines[0] == "Machine: Test CPU, 16 cores, Test GPU (driver 1.0); 2026-12-05.", lines
     assert "| observe | 2.100 ms | 1.000 | 0.955 to 1.050 | at most 1.01 | within noise |" in lines, lines
     assert "| swap_in | 2.500 ms | 1.190 | 1.182 to 1.200 | at most 1.15 | MISS |" in lines, lines
 
     # Every round within its target: PASS, though the median alone would say the same.
-    doc = t.summarize(dict(per_mode, observe=[2.0, 2.2, 2.1], swap_in=[2.2, 2.3, 2.2]), 3, 110, machine)
+    doc = t.summarize(dict(per_mode, observe=[2.0, 2.2, 2.1], swap_in=[2.2, 2.3, 2.2]), 3, 110, machine, "2026-12-05")
     assert doc["verdicts"] == {"observe": "PASS", "swap_in": "PASS"}, doc
 
     # Each round starts one mode later; every mode runs once a round.

@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmarks import describe_machine, machine_words, ratio_range, rounds_verdict, with_section  # noqa: E402
+from run_benchmarks import describe_machine, machine_words, ratio_range, rotated, rounds_verdict, with_section  # noqa: E402
 
 MODES = ("native", "observe", "swap_in", "native_async")
 TARGETS = {"observe": 1.01, "swap_in": 1.15}
@@ -49,14 +49,7 @@ def median_step_ms(binary, mode, steps):
     return float(m.group(1))
 
 
-def rotated(modes, round_index):
-    """The modes in the order round `round_index` runs them: each round starts one mode later, so
-    that no mode always runs first."""
-    shift = round_index % len(modes)
-    return list(modes[shift:]) + list(modes[:shift])
-
-
-def summarize(per_mode, rounds, steps, machine):
+def summarize(per_mode, rounds, steps, machine, date):
     """The run's document (what --json-out writes): each mode's rounds, their median, and each
     target's ratio and verdict."""
     medians = {m: statistics.median(v) for m, v in per_mode.items()}
@@ -64,8 +57,7 @@ def summarize(per_mode, rounds, steps, machine):
     verdicts, round_ratios = {}, {}
     for mode, limit in TARGETS.items():
         verdicts[mode], round_ratios[mode] = rounds_verdict(per_mode["native"], per_mode[mode], limit)
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "machine": machine, "rounds": rounds, "steps": steps,
+    return {"date": date, "machine": machine, "rounds": rounds, "steps": steps,
             "per_round_ms": per_mode, "median_ms": medians, "ratios": ratios,
             "round_ratios": round_ratios, "verdicts": verdicts}
 
@@ -112,8 +104,8 @@ def main():
             with open(args.json_in) as f:
                 recorded = json.load(f)
             per_mode = {m: [float(v) for v in recorded["per_round_ms"][m]] for m in MODES}
-            document = dict(summarize(per_mode, recorded["rounds"], recorded["steps"], recorded["machine"]),
-                            date=recorded["date"])
+            document = summarize(per_mode, recorded["rounds"], recorded["steps"], recorded["machine"],
+                                 recorded["date"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"torch_bench.py: {args.json_in}: not a recorded run ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
@@ -125,7 +117,8 @@ def main():
                 per_mode[mode].append(median_step_ms(args.binary, mode, args.steps))
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES),
                   flush=True)
-        document = summarize(per_mode, args.rounds, args.steps, describe_machine())
+        document = summarize(per_mode, args.rounds, args.steps, describe_machine(),
+                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
         binary_name = os.path.basename(args.binary)
     if args.json_out:
         with open(args.json_out, "w") as f:

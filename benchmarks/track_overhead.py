@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmarks import describe_machine, machine_words, ratio_range, rounds_verdict, with_section  # noqa: E402
+from run_benchmarks import describe_machine, machine_words, ratio_range, rotated, rounds_verdict, with_section  # noqa: E402
 
 STEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_step.py")
 FIGURES = (("cudaMalloc pair ns", 1.02), ("cuMemAllocAsync pair ns", 1.02), ("median step ms", 1.01))
@@ -69,12 +69,6 @@ def measure(argv, arm, cli, preload):
     if done.returncode != 0 or not found:
         raise RuntimeError(f"{command}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
     return found
-
-
-def rotated(arms, round_index):
-    """The arms in the order round `round_index` runs them: each round starts one arm later."""
-    shift = round_index % len(arms)
-    return list(arms[shift:]) + list(arms[:shift])
 
 
 def figures(runs):
