@@ -3,10 +3,16 @@
 // exit gpuguard's leak report names the line that kept it.
 //
 //   torch_cnn [--mode observe|swap_in|native] [--steps N] [--side-stream] [--no-leak] [--bench]
+//             [--split STEP]
 //
 // --mode native runs without gpuguard (for comparison), --side-stream loads each batch on a second
 // stream and hands it over with record_stream, --bench times the steps after a warm-up and prints
-// the median (the GPU runner compares the modes). Prints the loss of every 10th step and the last.
+// the median (the GPU runner compares the modes). --split STEP, with --bench, also prints the
+// median of the steps before STEP and of those after it (each after its own warm-up); in observe
+// mode it attaches gpuguard at STEP instead of at the start, so that one process runs both native
+// and observed steps (benchmarks/torch_bench.py compares them against a native run's two halves:
+// the spread between processes is wider than the 1 percent it judges). Prints the loss of every
+// 10th step and the last.
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/torch.hpp>
@@ -53,12 +59,21 @@ struct settings {
   bool side_stream = false;
   bool leak = true;
   bool bench = false;
+  int split = 0;  // 0: none
 };
+
+constexpr int warm_up_steps = 10;  // dropped from --bench's medians, at the start and after --split
+
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "torch_cnn: %s\n"
-               "usage: torch_cnn [--mode observe|swap_in|native] [--steps N] [--side-stream] [--no-leak] [--bench]\n",
+               "usage: torch_cnn [--mode observe|swap_in|native] [--steps N] [--side-stream] [--no-leak] [--bench]\n"
+               "                 [--split STEP]\n",
                why);
   return 2;
 }
@@ -86,6 +101,9 @@ int main(int argc, char** argv) {
       s.leak = false;
     } else if (arg == "--bench") {
       s.bench = true;
+    } else if (arg == "--split" && i + 1 < argc) {
+      s.split = std::atoi(argv[++i]);
+      if (s.split <= 0) { return usage("--split needs a positive step number"); }
     } else if (arg == "--help" || arg == "-h") {
       usage("a LibTorch training loop under gpuguard");
       return 0;
@@ -96,6 +114,15 @@ int main(int argc, char** argv) {
   if (s.mode != "observe" && s.mode != "swap_in" && s.mode != "native") {
     return usage(("--mode must be observe, swap_in or native, not " + s.mode).c_str());
   }
+  if (s.split != 0) {
+    if (s.mode == "swap_in") { return usage("--split works in native and observe mode: swap-in must start before the first tensor"); }
+    if (s.split <= warm_up_steps || s.split + warm_up_steps >= s.steps) {
+      return usage(("--split " + std::to_string(s.split) + " leaves no timed step on one side: it must lie between " +
+                    std::to_string(warm_up_steps + 1) + " and --steps - " + std::to_string(warm_up_steps + 1) + " (" +
+                    std::to_string(s.steps - warm_up_steps - 1) + ")")
+                       .c_str());
+    }
+  }
 
   try {
     if (c10::cuda::device_count() == 0) {  // counting devices does not initialise CUDA
@@ -105,7 +132,7 @@ int main(int argc, char** argv) {
     // Before the first CUDA tensor: swap-in must come first, and observe may.
     if (s.mode == "swap_in") {
       gpuguard::torch::install_allocator();
-    } else if (s.mode == "observe") {
+    } else if (s.mode == "observe" && s.split == 0) {
       gpuguard::torch::observe();
     }
     at::globalContext().setDeterministicCuDNN(true);  // the modes' losses are compared
@@ -119,6 +146,7 @@ int main(int argc, char** argv) {
     float last_loss = 0;
 
     for (int step = 0; step < s.steps; ++step) {
+      if (step == s.split && s.mode == "observe") { gpuguard::torch::observe(); }
       const auto start = std::chrono::steady_clock::now();
       torch::Tensor x;
       torch::Tensor y;
@@ -162,10 +190,16 @@ int main(int argc, char** argv) {
       if (!s.bench && (step % 10 == 0)) { std::printf("step %d loss %.6f\n", step, static_cast<double>(last_loss)); }
     }
     std::printf("final loss %.6f\n", static_cast<double>(last_loss));
-    if (s.bench && step_ms.size() > 10) {
-      std::vector<double> timed(step_ms.begin() + 10, step_ms.end());  // after a warm-up of 10 steps
-      std::nth_element(timed.begin(), timed.begin() + static_cast<std::ptrdiff_t>(timed.size() / 2), timed.end());
-      std::printf("median step ms %.4f over %zu steps\n", timed[timed.size() / 2], timed.size());
+    if (s.bench && step_ms.size() > warm_up_steps) {
+      const auto first = step_ms.begin();
+      const std::vector<double> timed(first + warm_up_steps, step_ms.end());
+      std::printf("median step ms %.4f over %zu steps\n", median_of(timed), timed.size());
+      if (s.split != 0) {
+        const std::vector<double> before(first + warm_up_steps, first + s.split);
+        const std::vector<double> after(first + s.split + warm_up_steps, step_ms.end());
+        std::printf("median step ms before step %d %.4f over %zu steps\n", s.split, median_of(before), before.size());
+        std::printf("median step ms after step %d %.4f over %zu steps\n", s.split, median_of(after), after.size());
+      }
     }
     if (s.leak) {
       std::printf("kept %zu tensors for debugging: gpuguard's report below names where\n", debug_history.size());
