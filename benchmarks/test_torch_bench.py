@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Checks torch_bench.py's arithmetic, verdicts and table on made-up rounds, without a GPU. Plain
 python3; exits non-zero on the first failed check."""
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_bench as t  # noqa: E402
@@ -45,6 +47,47 @@ def main():
     done = subprocess.run([sys.executable, script, "--json-in", script], capture_output=True, text=True)
     assert done.returncode == 2, done
     assert f"{script}: not a recorded run" in done.stderr, done.stderr
+
+    # Observe judged inside processes: a round's figure is observe's after/before over native's.
+    halves = {"native": [(2.0, 2.1), (2.0, 2.0)], "observe_split": [(2.0, 2.1), (2.0, 2.06)]}
+    doc = t.summarize(per_mode, 2, 110, machine, "2026-12-05", halves, 55)
+    assert [round(r, 3) for r in doc["observe_split"]["round_ratios"]] == [1.0, 1.03], doc
+    assert doc["observe_split"]["verdict"] == "within noise", doc
+    assert "| observe, attached at step 55 (inside processes) | | 1.015 | 1.000 to 1.030 | at most 1.01 | within noise |" \
+        in t.table_lines(doc, "torch_cnn")
+    assert t.split_step(110) == 55 and t.split_step(39) is None and t.split_step(40) == 20
+
+    # A whole run against a stand-in for torch_cnn that answers from its arguments: the split
+    # runs get --split, the others not, and the JSON keeps each round's halves.
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = os.path.join(tmp, "torch_cnn")
+        with open(fake, "w") as f:
+            f.write("#!/usr/bin/env python3\n"
+                    "import os, sys\n"
+                    "a = sys.argv[1:]\n"
+                    "mode = a[a.index('--mode') + 1]\n"
+                    "base = {'native': 2.0, 'observe': 2.04, 'swap_in': 2.2}[mode]\n"
+                    "if os.environ.get('PYTORCH_CUDA_ALLOC_CONF'): base = 2.1\n"
+                    "print('median step ms %.4f over 100 steps' % base)\n"
+                    "if '--split' in a:\n"
+                    "    s = a[a.index('--split') + 1]\n"
+                    "    print('median step ms before step %s 2.0000 over 45 steps' % s)\n"
+                    "    print('median step ms after step %s %.4f over 45 steps' % (s, 2.01 if mode == 'observe' else 2.0))\n")
+        os.chmod(fake, 0o755)
+        out = os.path.join(tmp, "run.json")
+        done = subprocess.run([sys.executable, script, fake, "--rounds", "2", "--steps", "110", "--json-out", out],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        with open(out) as f:
+            run = json.load(f)
+        assert run["split_step"] == 55 and run["halves_ms"]["observe_split"] == [[2.0, 2.01], [2.0, 2.01]], run
+        assert run["per_round_ms"]["observe"] == [2.04, 2.04] and run["per_round_ms"]["native_async"] == [2.1, 2.1], run
+        assert abs(run["observe_split"]["ratio"] - 1.005) < 1e-9 and run["observe_split"]["verdict"] == "PASS", run
+        # Its table again from the file: the same line.
+        again = subprocess.run([sys.executable, script, "--json-in", out], capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+        assert "| observe, attached at step 55 (inside processes) | | 1.005 | 1.005 to 1.005 | at most 1.01 | PASS |" \
+            in again.stdout, again.stdout
     print("test_torch_bench.py: all checks passed")
 
 

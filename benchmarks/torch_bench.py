@@ -16,6 +16,12 @@ none is, "within noise" if the rounds disagree. A fourth mode, native_async, run
 allocator with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: the upstream swap-in allocates
 from (the stream-ordered pool), without the pluggable allocator or gpuguard. It splits swap-in's
 cost into the pool's share (native_async / native) and the rest's (swap_in / native_async).
+
+The rounds' own ratios spread across 1 percent because one process's step time differs from the
+next one's, so observe's target is also judged inside processes: each round runs native and
+observe once more with `--split STEPS/2`, native printing the median of its steps before and after
+the split, observe attaching gpuguard at the split. A round's figure is observe's after/before over
+native's after/before: what attaching changed, less what the second half of a native run drifts.
 Exits 77 without a GPU (the program does), 0 otherwise; a missed target is reported in the table,
 not as a failure of this script.
 """
@@ -33,33 +39,61 @@ from run_benchmarks import describe_machine, machine_words, ratio_range, rotated
 
 MODES = ("native", "observe", "swap_in", "native_async")
 TARGETS = {"observe": 1.01, "swap_in": 1.15}
+# What a round runs: every mode, and observe attached at the split (native is split as it runs).
+RUNS = MODES + ("observe_split",)
 
 
-def median_step_ms(binary, mode, steps):
+def split_step(steps):
+    """Where --split divides a run of `steps`, or None where a half would have under 10 timed steps."""
+    half = steps // 2
+    return half if half >= 20 and steps - half >= 20 else None
+
+
+def run_mode(binary, run, steps, split):
+    """One run of the program: (median step ms, (median before the split, after it) or None)."""
     env = dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0")
-    if mode == "native_async":
-        mode, env["PYTORCH_CUDA_ALLOC_CONF"] = "native", "backend:cudaMallocAsync"
-    done = subprocess.run([binary, "--mode", mode, "--bench", "--no-leak", "--steps", str(steps)],
-                          capture_output=True, text=True, timeout=550, env=env)
+    mode = {"native_async": "native", "observe_split": "observe"}.get(run, run)
+    if run == "native_async":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    command = [binary, "--mode", mode, "--bench", "--no-leak", "--steps", str(steps)]
+    split_run = split is not None and run in ("native", "observe_split")
+    if split_run:
+        command += ["--split", str(split)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=550, env=env)
     if done.returncode == 77:
         raise SystemExit(77)
     m = re.search(r"median step ms ([0-9.]+)", done.stdout)
-    if done.returncode != 0 or not m:
-        raise RuntimeError(f"{mode}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
-    return float(m.group(1))
+    halves = [re.search(rf"median step ms {side} step {split} ([0-9.]+)", done.stdout) for side in ("before", "after")]
+    if done.returncode != 0 or not m or (split_run and not all(halves)):
+        raise RuntimeError(f"{run}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
+    return float(m.group(1)), (tuple(float(h.group(1)) for h in halves) if split_run else None)
 
 
-def summarize(per_mode, rounds, steps, machine, date):
+def split_figure(halves):
+    """Observe judged inside processes, from each round's (before, after) medians of a native run
+    and of an observe run that attached at the split: (median of the rounds' figures, each round's
+    figure, verdict). A round's figure is observe's after/before over native's after/before."""
+    native = [after / before for before, after in halves["native"]]
+    observed = [after / before for before, after in halves["observe_split"]]
+    verdict, ratios = rounds_verdict(native, observed, TARGETS["observe"])
+    return {"ratio": statistics.median(ratios), "round_ratios": ratios, "verdict": verdict}
+
+
+def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None):
     """The run's document (what --json-out writes): each mode's rounds, their median, and each
-    target's ratio and verdict."""
+    target's ratio and verdict; with `halves` (each round's medians before and after the split, of
+    native and observe_split), observe judged inside processes too."""
     medians = {m: statistics.median(v) for m, v in per_mode.items()}
     ratios = {m: medians[m] / medians["native"] for m in TARGETS}
     verdicts, round_ratios = {}, {}
     for mode, limit in TARGETS.items():
         verdicts[mode], round_ratios[mode] = rounds_verdict(per_mode["native"], per_mode[mode], limit)
-    return {"date": date, "machine": machine, "rounds": rounds, "steps": steps,
-            "per_round_ms": per_mode, "median_ms": medians, "ratios": ratios,
-            "round_ratios": round_ratios, "verdicts": verdicts}
+    document = {"date": date, "machine": machine, "rounds": rounds, "steps": steps,
+                "per_round_ms": per_mode, "median_ms": medians, "ratios": ratios,
+                "round_ratios": round_ratios, "verdicts": verdicts}
+    if halves:
+        document.update(split_step=split, halves_ms=halves, observe_split=split_figure(halves))
+    return document
 
 
 def table_lines(document, binary_name):
@@ -78,8 +112,18 @@ def table_lines(document, binary_name):
     native_async = medians["native_async"]
     lines.append(f"| native_async (PyTorch's allocator, backend:cudaMallocAsync) | {native_async:.3f} ms | "
                  f"{native_async / medians['native']:.3f} | | (comparison) | |")
+    if "observe_split" in document:
+        inside = document["observe_split"]
+        lines.append(f"| observe, attached at step {document['split_step']} (inside processes) | | "
+                     f"{inside['ratio']:.3f} | {ratio_range(inside['round_ratios'])} | at most "
+                     f"{TARGETS['observe']} | {inside['verdict']} |")
     lines += ["", f"swap_in / native_async: {medians['swap_in'] / native_async:.3f} (what the pluggable "
               "allocator and gpuguard add over the stream-ordered pool they allocate from)."]
+    if "observe_split" in document:
+        lines += ["", f"Observe inside processes: each round also ran `--split {document['split_step']}` in "
+                  "native mode and in observe mode, observe attaching at that step; a round's figure is "
+                  "observe's median after the split over its median before, divided by the same for "
+                  "native (each half after 10 steps of warm-up)."]
     return lines
 
 
@@ -104,21 +148,31 @@ def main():
             with open(args.json_in) as f:
                 recorded = json.load(f)
             per_mode = {m: [float(v) for v in recorded["per_round_ms"][m]] for m in MODES}
+            halves = recorded.get("halves_ms")  # runs before 2026-12-05 17:00 have none
+            if halves is not None:
+                halves = {run: [(float(b), float(a)) for b, a in halves[run]] for run in ("native", "observe_split")}
             document = summarize(per_mode, recorded["rounds"], recorded["steps"], recorded["machine"],
-                                 recorded["date"])
+                                 recorded["date"], halves, recorded.get("split_step"))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"torch_bench.py: {args.json_in}: not a recorded run ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
         binary_name = "torch_cnn"
     else:
         per_mode = {m: [] for m in MODES}
+        split = split_step(args.steps)
+        halves = {"native": [], "observe_split": []} if split else None
         for r in range(args.rounds):
-            for mode in rotated(MODES, r):
-                per_mode[mode].append(median_step_ms(args.binary, mode, args.steps))
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES),
-                  flush=True)
+            for run in rotated(RUNS if split else MODES, r):
+                median, run_halves = run_mode(args.binary, run, args.steps, split)
+                if run in per_mode:
+                    per_mode[run].append(median)
+                if run_halves is not None:
+                    halves[run].append(run_halves)
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES)
+                  + (f", observe after/before step {split} {halves['observe_split'][-1][1] / halves['observe_split'][-1][0]:.3f}"
+                     if split else ""), flush=True)
         document = summarize(per_mode, args.rounds, args.steps, describe_machine(),
-                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), halves, split)
         binary_name = os.path.basename(args.binary)
     if args.json_out:
         with open(args.json_out, "w") as f:
