@@ -75,8 +75,8 @@ def main():
                     "    print('median step ms after step %s %.4f over 45 steps' % (s, 2.01 if mode == 'observe' else 2.0))\n")
         os.chmod(fake, 0o755)
         out = os.path.join(tmp, "run.json")
-        done = subprocess.run([sys.executable, script, fake, "--rounds", "2", "--steps", "110", "--json-out", out],
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, script, fake, "--rounds", "2", "--steps", "110", "--inside",
+                               "--json-out", out], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         with open(out) as f:
             run = json.load(f)
@@ -88,6 +88,18 @@ def main():
         assert again.returncode == 0, again.stderr
         assert "| observe, attached at step 55 (inside processes) | | 1.005 | 1.005 to 1.005 | at most 1.01 | PASS |" \
             in again.stdout, again.stdout
+        assert "--steps 110 --inside`" in again.stdout, again.stdout
+        # Without --inside: no split runs, no halves, no inside row.
+        done = subprocess.run([sys.executable, script, fake, "--rounds", "1", "--steps", "110", "--json-out", out],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        with open(out) as f:
+            run = json.load(f)
+        assert "halves_ms" not in run and "observe_split" not in run, run
+        assert "inside processes" not in done.stdout, done.stdout
+        # --inside with too few steps for two halves is refused by name.
+        done = subprocess.run([sys.executable, script, fake, "--steps", "30", "--inside"], capture_output=True, text=True)
+        assert done.returncode == 2 and "--inside needs --steps of at least 40" in done.stderr, done
     print("test_torch_bench.py: all checks passed")
 
 

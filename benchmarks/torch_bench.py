@@ -3,7 +3,7 @@
 observe and swap-in mode as ratios against the native allocator, measured in one run with the
 modes interleaved (so drift in clocks or temperature falls on all of them alike).
 
-    python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210]
+    python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210] [--inside]
         [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
     python3 benchmarks/torch_bench.py --json-in FILE [--out ... --append-section NAME]
 
@@ -18,10 +18,12 @@ from (the stream-ordered pool), without the pluggable allocator or gpuguard. It 
 cost into the pool's share (native_async / native) and the rest's (swap_in / native_async).
 
 The rounds' own ratios spread across 1 percent because one process's step time differs from the
-next one's, so observe's target is also judged inside processes: each round runs native and
-observe once more with `--split STEPS/2`, native printing the median of its steps before and after
-the split, observe attaching gpuguard at the split. A round's figure is observe's after/before over
-native's after/before: what attaching changed, less what the second half of a native run drifts.
+next one's. With --inside, observe's target is also judged inside processes: the native run of
+each round gets `--split STEPS/2` (printing the median of its steps before and after the split),
+and an observe run attaching gpuguard at the split joins the round. A round's figure is observe's
+after/before over native's after/before: what attaching changed, less what the second half of a
+native run drifts. (Not by default: on the H100 machine a native process's halves drifted as far
+apart as two processes, docs/benchmarks.md, and the extra run costs the GPU runner time.)
 Exits 77 without a GPU (the program does), 0 otherwise; a missed target is reported in the table,
 not as a failure of this script.
 """
@@ -100,7 +102,7 @@ def table_lines(document, binary_name):
     medians, rounds, steps = document["median_ms"], document["rounds"], document["steps"]
     lines = [f"Machine: {machine_words(document['machine'])}; {document['date']}.",
              f"Command: `python3 benchmarks/torch_bench.py {binary_name} --rounds {rounds} "
-             f"--steps {steps}`: median step of examples/torch_cnn over {steps - 10} steps after "
+             f"--steps {steps}{' --inside' if 'observe_split' in document else ''}`: median step of examples/torch_cnn over {steps - 10} steps after "
              f"10 of warm-up, median of {rounds} interleaved rounds.", "",
              "| mode | median step | ratio to native | rounds' ratios | target | verdict |",
              "|---|---|---|---|---|---|",
@@ -135,6 +137,8 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--append-section", metavar="NAME")
     parser.add_argument("--json-out")
+    parser.add_argument("--inside", action="store_true",
+                        help="also judge observe inside processes (split runs; see above)")
     parser.add_argument("--json-in", metavar="FILE",
                         help="write the table of a recorded run (a --json-out file) instead of running")
     args = parser.parse_args()
@@ -159,7 +163,9 @@ def main():
         binary_name = "torch_cnn"
     else:
         per_mode = {m: [] for m in MODES}
-        split = split_step(args.steps)
+        split = split_step(args.steps) if args.inside else None
+        if args.inside and split is None:
+            parser.error("--inside needs --steps of at least 40 (10 warm-up and 10 timed steps a half)")
         halves = {"native": [], "observe_split": []} if split else None
         for r in range(args.rounds):
             for run in rotated(RUNS if split else MODES, r):

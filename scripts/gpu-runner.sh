@@ -15,7 +15,8 @@
 # (default ./build-gpu, which the device tool keeps between calls while its machine is warm). The
 # benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3), the --track comparison
 # GPUGUARD_BENCH_ROUNDS rounds (default 3) and the LibTorch step-time comparison
-# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), so that the slice fits its three minutes.
+# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), so that the slice fits its three minutes;
+# GPUGUARD_TORCH_BENCH_INSIDE=1 adds torch_bench.py's inside-process judgement of observe (--inside).
 # docs/testing.md says which slice to run after which change, and what each costs on the H200.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -162,8 +163,10 @@ for s in "${slices[@]}"; do
       if [ -x "$build/examples/torch_cnn" ]; then
         # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so
         # fewer rounds cannot tell observe's 1 percent from noise.
+        inside=()
+        if [ "${GPUGUARD_TORCH_BENCH_INSIDE:-0}" = 1 ]; then inside=(--inside); fi
         step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
-          --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-5}" --steps 1010 \
+          --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-5}" --steps 1010 "${inside[@]}" \
           --out "$out/benchmarks.md" --append-section "$machine: LibTorch adapter" --json-out "$out/torch_bench.json"
       else
         summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
