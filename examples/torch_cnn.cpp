@@ -10,7 +10,7 @@
 // the median (the GPU runner compares the modes). --split STEP, with --bench, also prints the
 // median of the steps before STEP and of those after it (each after its own warm-up); in observe
 // mode it attaches gpuguard at STEP instead of at the start, so that one process runs both native
-// and observed steps (benchmarks/torch_bench.py compares them against a native run's two halves:
+// and observed steps (benchmarks/torch_bench.py --inside compares them with a native run's halves:
 // the spread between processes is wider than the 1 percent it judges). Prints the loss of every
 // 10th step and the last.
 #include <gpuguard/op_scope.hpp>
