@@ -65,8 +65,9 @@ def run_mode(binary, run, steps, split):
     if done.returncode == 77:
         raise SystemExit(77)
     m = re.search(r"median step ms ([0-9.]+)", done.stdout)
-    halves = [re.search(rf"median step ms {side} step {split} ([0-9.]+)", done.stdout) for side in ("before", "after")]
-    if done.returncode != 0 or not m or (split_run and not all(halves)):
+    halves = [re.search(rf"median step ms {side} step {split} ([0-9.]+)", done.stdout)
+              for side in ("before", "after")] if split_run else []
+    if done.returncode != 0 or not m or not all(halves):
         raise RuntimeError(f"{run}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
     return float(m.group(1)), (tuple(float(h.group(1)) for h in halves) if split_run else None)
 
