@@ -106,10 +106,11 @@ fi
 export GPUGUARD_REQUIRE_GPU=1
 # Tests labelled multigpu need two GPUs: required where there are two, left out (and said so in
 # the summary) where there is one.
-gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
+gpus=$(printf '%s' "$gpu_names" | grep -c .)
 # The benchmark sections are named after the GPU that ran them ("H200 machine", "H100 machine"):
 # the device tool may lend either.
-gpu_model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | awk '{ sub(/^NVIDIA /, ""); print $1 }')
+gpu_model=$(printf '%s\n' "$gpu_names" | head -1 | awk '{ sub(/^NVIDIA /, ""); print $1 }')
 machine="${gpu_model:-GPU} machine"
 if [ "${gpus:-0}" -ge 2 ]; then
   export GPUGUARD_REQUIRE_GPUS=2
