@@ -172,25 +172,42 @@ struct detail::thread_counts {
 
 namespace {
 
-void bump(std::atomic<std::uint64_t>& value, std::uint64_t by, bool shared) noexcept {
-  if (shared) {
-    value.fetch_add(by, std::memory_order_relaxed);
-  } else {
-    // The owner is the only writer: a plain add, no locked instruction.
-    value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+// A count of the block's owner: the only writer, so a plain add, no locked instruction.
+__attribute__((always_inline)) inline void add_own(std::atomic<std::uint64_t>& value, std::uint64_t by) noexcept {
+  value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+// The fallback block, which any thread may write: fetch_add. Out of line, so that the owner's
+// path tests `shared` once.
+__attribute__((noinline)) void count_shared(detail::thread_counts& counts, int slot, tag_id tag,
+                                            std::uint64_t allocations, std::uint64_t bytes, std::uint64_t frees) noexcept {
+  for (event_counts* c : {&counts.devices[static_cast<std::size_t>(slot)], &counts.tags[tag]}) {
+    c->allocations.fetch_add(allocations, std::memory_order_relaxed);
+    c->total.fetch_add(bytes, std::memory_order_relaxed);
+    c->frees.fetch_add(frees, std::memory_order_relaxed);
   }
 }
 
 __attribute__((always_inline)) inline void count_allocation(detail::thread_counts& counts, int slot, tag_id tag, std::size_t bytes) noexcept {
-  for (event_counts* c : {&counts.devices[static_cast<std::size_t>(slot)], &counts.tags[tag]}) {
-    bump(c->allocations, 1, counts.shared);
-    bump(c->total, bytes, counts.shared);
+  if (counts.shared) [[unlikely]] {
+    count_shared(counts, slot, tag, 1, bytes, 0);
+    return;
   }
+  event_counts& device = counts.devices[static_cast<std::size_t>(slot)];
+  event_counts& tagged = counts.tags[tag];
+  add_own(device.allocations, 1);
+  add_own(device.total, bytes);
+  add_own(tagged.allocations, 1);
+  add_own(tagged.total, bytes);
 }
 
 __attribute__((always_inline)) inline void count_free(detail::thread_counts& counts, int slot, tag_id tag) noexcept {
-  bump(counts.devices[static_cast<std::size_t>(slot)].frees, 1, counts.shared);
-  bump(counts.tags[tag].frees, 1, counts.shared);
+  if (counts.shared) [[unlikely]] {
+    count_shared(counts, slot, tag, 0, 0, 1);
+    return;
+  }
+  add_own(counts.devices[static_cast<std::size_t>(slot)].frees, 1);
+  add_own(counts.tags[tag].frees, 1);
 }
 
 // ---- tags ---------------------------------------------------------------------------------------
@@ -343,7 +360,7 @@ struct ledger_state {
   }
 };
 
-ledger_state& state();
+inline ledger_state& state();  // below: one load once the state is made
 
 // fork(): the shards are locked around it, so the child's copy of the table is consistent (a lock
 // another thread held at the fork would stay held in the child for ever). In the child the
@@ -394,15 +411,26 @@ bool inherited(const ledger_state& st, const allocation_record& record) noexcept
   return record.sequence <= st.inherited_through.load(std::memory_order_relaxed);
 }
 
+// The state once made: constant-initialised, so it reads null before any static constructor runs.
+std::atomic<ledger_state*> made_state{nullptr};
+
 // Never destroyed: frees from static destructors and the exit report may come after any
 // ordinary static would be gone.
-ledger_state& state() {
+__attribute__((noinline)) ledger_state& make_state() {
   static auto* s = [] {
     auto* made = new ledger_state();
     static_cast<void>(::pthread_atfork(lock_every_shard, unlock_every_shard, forget_parent_in_forked_child));
+    made_state.store(made, std::memory_order_release);
     return made;
   }();
   return *s;
+}
+
+// Every record and free asks for the state: once it is made, one load and no call (a static
+// local's guard check sat behind a call in each).
+__attribute__((always_inline)) inline ledger_state& state() {
+  if (ledger_state* s = made_state.load(std::memory_order_acquire)) [[likely]] { return *s; }
+  return make_state();
 }
 
 // ---- per-thread counts and sequence numbers ------------------------------------------------------
@@ -467,22 +495,27 @@ std::uint64_t next_sequence(detail::thread_state& mine) noexcept {
   return mine.sequence_next++;
 }
 
-shard& shard_for(std::uint64_t hash) noexcept {
-  return state().shards[detail::ledger_shard_of_hash(hash)];
+shard& shard_for(ledger_state& st, std::uint64_t hash) noexcept {
+  return st.shards[detail::ledger_shard_of_hash(hash)];
 }
 
-allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
+// The record of `ptr` (not null), or else the empty slot where its probe run ends.
+__attribute__((always_inline)) inline allocation_record& probe(shard& s, const void* ptr, std::uint64_t hash) noexcept {
   const std::size_t mask = s.slots.size() - 1;
   for (std::size_t i = detail::ledger_home_slot(hash, s.slots.size());; i = (i + 1) & mask) {
     allocation_record& slot = s.slots[i];
-    if (slot.ptr == ptr) { return &slot; }
-    if (slot.ptr == nullptr) { return nullptr; }
+    if (slot.ptr == ptr || slot.ptr == nullptr) { return slot; }
   }
 }
 
-// Grows when half full. Returns false (and leaves the table as it was) if memory ran out.
-bool reserve_one(shard& s) noexcept {
-  if ((s.used + 1) * 2 <= s.slots.size()) { return true; }
+allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
+  allocation_record& slot = probe(s, ptr, hash);
+  return slot.ptr != nullptr ? &slot : nullptr;
+}
+
+// Doubles the table, out of line: the check that calls it is on every allocation. Returns false
+// (and leaves the table as it was) if memory ran out.
+__attribute__((noinline)) bool grow(shard& s) noexcept {
   try {
     std::vector<allocation_record> bigger(s.slots.size() * 2);
     const std::size_t mask = bigger.size() - 1;
@@ -499,17 +532,25 @@ bool reserve_one(shard& s) noexcept {
   }
 }
 
-// The empty slot a new record of this hash goes into, counted as used.
-allocation_record& insert(shard& s, std::uint64_t hash) noexcept {
-  const std::size_t mask = s.slots.size() - 1;
-  std::size_t i = detail::ledger_home_slot(hash, s.slots.size());
-  while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
+// The slot for a new record of `hash`, counted as used, given `empty`, the empty slot its probe
+// found: that one, unless the table is half full and grows first (then found again). Null if the
+// table had to grow and memory ran out (the table as it was).
+__attribute__((always_inline)) inline allocation_record* insert(shard& s, std::uint64_t hash,
+                                                                allocation_record& empty) noexcept {
+  allocation_record* slot = &empty;
+  if ((s.used + 1) * 2 > s.slots.size()) {
+    if (!grow(s)) { return nullptr; }
+    const std::size_t mask = s.slots.size() - 1;
+    std::size_t i = detail::ledger_home_slot(hash, s.slots.size());
+    while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
+    slot = &s.slots[i];
+  }
   ++s.used;
-  return s.slots[i];
+  return slot;
 }
 
 // Backward-shift deletion: later entries of the probe run move up, so no tombstones are needed.
-void erase(shard& s, allocation_record* slot) noexcept {
+__attribute__((always_inline)) inline void erase(shard& s, allocation_record* slot) noexcept {
   const std::size_t mask = s.slots.size() - 1;
   auto hole = static_cast<std::size_t>(slot - s.slots.data());
   for (std::size_t i = (hole + 1) & mask; s.slots[i].ptr != nullptr; i = (i + 1) & mask) {
@@ -910,7 +951,8 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   const int slot = device_slot_of(event.device);
   const counter_ref device = device_ref(slot, st);
   const counter_ref tagged = tag_ref(a.tag, st);
-  allocation_record* record = find(s, event.ptr, a.hash);
+  allocation_record& probed = probe(s, event.ptr, a.hash);
+  allocation_record* record = probed.ptr != nullptr ? &probed : nullptr;
   // The upstream handed out a live address again: the earlier block was freed behind the
   // tracker's back. It is counted as freed so the counters stay true.
   const bool replaces = record != nullptr && !inherited(st, *record);
@@ -932,8 +974,8 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
     remove_bytes(tag_ref(record->tag, st), counts, record->bytes);
     count_free(counts, device_slot_of(record->device), record->tag);
   } else if (record == nullptr) {
-    if (!reserve_one(s)) { return true; }  // out of memory: this allocation goes untracked
-    record = &insert(s, a.hash);
+    record = insert(s, a.hash, probed);
+    if (record == nullptr) { return true; }  // out of memory: this allocation goes untracked
   }
   // Field by field into the table: a record built on the stack and copied in whole is read back
   // in 16-byte pieces just after its narrower fields were stored, which stalls the copy.
@@ -982,7 +1024,7 @@ void record_allocation(const allocation_event& event) noexcept {
   const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), detail::pointer_hash(event.ptr)};
   if (site != no_site) { count_site(site, event.bytes); }
   detail::thread_counts& counts = counts_of(mine);
-  shard& s = shard_for(a.hash);
+  shard& s = shard_for(st, a.hash);
   {
     const std::lock_guard<spin_mutex> lock(s.mutex);
     if (record_allocation_in(st, s, a, mine, counts, false)) { return; }
@@ -997,7 +1039,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   if (ptr == nullptr) { return result; }
   ledger_state& st = state();
   const std::uint64_t hash = detail::pointer_hash(ptr);
-  shard& s = shard_for(hash);
+  shard& s = shard_for(st, hash);
   // Filled only when misuse is found: zeroing it on every free (a rep stos) was measurable.
   misuse_report misuses[2];  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
   int misuse_count = 0;
