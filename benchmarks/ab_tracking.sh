@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Before and after one change, in one run on one machine: builds gpuguard_tracking_bench from the
+# tree as it is ("after") and from the tree with PATCH taken back out ("before"), then runs the
+# one-thread host pair and, where there is a GPU, the stream-ordered pair, tracked and untracked,
+# the two builds interleaved round by round. For changes to the tracking hot path on machines
+# without a profiler (the GPU machines): make the patch with `git diff BASE -- src include >
+# change.patch`, leave it in the tree (untracked files travel with the device tool's copy), and
+# run this there.
+#
+# usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
+# Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
+# untracked) per round and as the median of the rounds; the JSON of every run stays in
+# WORK_DIR/results.
+set -euo pipefail
+if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  [ $# -ge 1 ] && exit 0 || exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+patch_file=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+rounds=${2:-3}
+work=${3:-/tmp/gpuguard-ab}
+if [ ! -f "$patch_file" ]; then echo "ab_tracking: no patch file '$1'" >&2; exit 2; fi
+case "$rounds" in '' | *[!0-9]* | 0) echo "ab_tracking: ROUNDS must be a whole number of at least 1, not '$rounds'" >&2; exit 2 ;; esac
+. "$root/scripts/env.sh"
+jobs=$(( $(nproc) / 2 )); if [ "$jobs" -lt 1 ]; then jobs=1; fi
+
+prepare() {  # prepare before|after
+  local v=$1 dir="$work/$1"
+  rm -rf "$dir"
+  mkdir -p "$dir/src"
+  tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
+  if [ "$v" = before ]; then
+    if ! patch -d "$dir/src" -R -p1 --dry-run -s <"$patch_file" >"$dir/patch.log" 2>&1; then
+      echo "ab_tracking: $patch_file does not come back out of this tree (see $dir/patch.log): was it made against it?" >&2
+      return 1
+    fi
+    patch -d "$dir/src" -R -p1 -s <"$patch_file"
+  fi
+  local prefix=()
+  if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
+  cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DGPUGUARD_TSAN_TESTS=OFF "${prefix[@]}" >"$dir/configure.log" 2>&1
+  cmake --build "$dir/build" -j "$jobs" --target gpuguard_tracking_bench >"$dir/build.log" 2>&1
+}
+
+echo "ab_tracking: building before and after in $work"
+mkdir -p "$work/results"
+prepare before & before_pid=$!
+prepare after & after_pid=$!
+failed=0
+wait "$before_pid" || failed=1
+wait "$after_pid" || failed=1
+if [ "$failed" -ne 0 ]; then echo "ab_tracking: a build failed: see $work/*/build.log" >&2; exit 1; fi
+
+filter='BM_host_pair/(un)?tracked/real_time/threads:1$'
+if nvidia-smi -L >/dev/null 2>&1; then filter="$filter|BM_cuda_async_pair/(un)?tracked/real_time$"; fi
+for ((r = 0; r < rounds; r++)); do
+  order=(before after)
+  if ((r % 2 == 1)); then order=(after before); fi
+  for v in "${order[@]}"; do
+    "$work/$v/build/benchmarks/gpuguard_tracking_bench" --benchmark_filter="$filter" --benchmark_repetitions=5 \
+      --benchmark_enable_random_interleaving=true --benchmark_format=json >"$work/results/$v-$r.json" 2>/dev/null
+  done
+  echo "ab_tracking: round $((r + 1))/$rounds done"
+done
+
+python3 - "$work/results" "$rounds" <<'EOF'
+import json, statistics, sys
+results, rounds = sys.argv[1], int(sys.argv[2])
+pairs = {"host pair, 1 thread": "BM_host_pair/{}/real_time/threads:1",
+         "cudaMallocAsync pair": "BM_cuda_async_pair/{}/real_time"}
+runs = {v: [json.load(open(f"{results}/{v}-{r}.json")) for r in range(rounds)] for v in ("before", "after")}
+def median(run, name):
+    return next((b["real_time"] for b in run["benchmarks"]
+                 if b.get("aggregate_name") == "median" and b["run_name"] == name), None)
+print("| pair | build | added ns (median of rounds) | rounds | tracked / untracked |")
+print("|---|---|---:|---|---:|")
+for label, name in pairs.items():
+    for v in ("before", "after"):
+        added, ratios = [], []
+        for run in runs[v]:
+            t, u = median(run, name.format("tracked")), median(run, name.format("untracked"))
+            if t is None or u is None:
+                break
+            added.append(t - u)
+            ratios.append(t / u)
+        if not added:
+            continue
+        print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} "
+              f"| {statistics.median(ratios):.3f} |")
+EOF
