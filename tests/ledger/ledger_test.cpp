@@ -169,6 +169,35 @@ TEST(ledger, aligned_addresses_are_found_and_freed_in_any_order) {
   EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
 }
 
+// Each shard's table starts at 64 slots and doubles when half full: 40000 records put about 156
+// in each of the 256 shards, so every table grows more than once, and records inserted after a
+// growth are placed by the grown table's geometry, not the old one's.
+TEST(ledger, live_table_grows_and_keeps_every_record) {
+  constexpr int device = 58;
+  constexpr std::uintptr_t count = 40000;
+  const std::uint64_t misuse_before = gpuguard::misuse().total();
+  const std::uintptr_t base = 0x7d0000000000;
+  std::vector<const void*> live;
+  for (std::uintptr_t i = 0; i < count; ++i) {
+    const auto* ptr = reinterpret_cast<const void*>(base + i * 256);  // NOLINT(performance-no-int-to-ptr)
+    gpuguard::record_allocation({ptr, 1 + i % 13, device, nullptr, gpuguard::memory_kind::host});
+    live.push_back(ptr);
+  }
+  ASSERT_EQ(gpuguard::device_counters(device).live_count(), count);
+  std::mt19937 draw(11);
+  std::shuffle(live.begin(), live.end(), draw);
+  for (const void* ptr : live) {
+    const std::uintptr_t index = (reinterpret_cast<std::uintptr_t>(ptr) - base) / 256;
+    const gpuguard::free_result r = gpuguard::record_free(ptr, gpuguard::unknown_size, gpuguard::host_device_id, nullptr);
+    ASSERT_TRUE(r.known) << "record " << index;
+    ASSERT_EQ(r.bytes, 1 + index % 13) << "record " << index;
+  }
+  const gpuguard::counters c = gpuguard::device_counters(device);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(c.live_count(), 0U);
+  EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
+}
+
 class misuse : public testing::Test {
  protected:
   gpuguard::host_memory_resource host;
