@@ -23,13 +23,12 @@ work=${3:-/tmp/gpuguard-ab}
 if [ ! -f "$patch_file" ]; then echo "ab_tracking: no patch file '$1'" >&2; exit 2; fi
 case "$rounds" in '' | *[!0-9]* | 0) echo "ab_tracking: ROUNDS must be a whole number of at least 1, not '$rounds'" >&2; exit 2 ;; esac
 . "$root/scripts/env.sh"
+. "$root/benchmarks/tree_variants.sh"
 jobs=$(( $(nproc) / 2 )); if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
 prepare() {  # prepare before|after
   local v=$1 dir="$work/$1"
-  rm -rf "$dir"
-  mkdir -p "$dir/src"
-  tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
+  variant_copy "$dir"
   if [ "$v" = before ]; then
     if ! patch -d "$dir/src" -R -p1 --dry-run -s <"$patch_file" >"$dir/patch.log" 2>&1; then
       echo "ab_tracking: $patch_file does not come back out of this tree (see $dir/patch.log): was it made against it?" >&2
@@ -37,11 +36,7 @@ prepare() {  # prepare before|after
     fi
     patch -d "$dir/src" -R -p1 -s <"$patch_file"
   fi
-  local prefix=()
-  if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
-  cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGPUGUARD_TSAN_TESTS=OFF "${prefix[@]}" >"$dir/configure.log" 2>&1
-  cmake --build "$dir/build" -j "$jobs" --target gpuguard_tracking_bench >"$dir/build.log" 2>&1
+  variant_build "$dir" "$jobs"
 }
 
 echo "ab_tracking: building before and after in $work"
@@ -59,8 +54,7 @@ for ((r = 0; r < rounds; r++)); do
   order=(before after)
   if ((r % 2 == 1)); then order=(after before); fi
   for v in "${order[@]}"; do
-    "$work/$v/build/benchmarks/gpuguard_tracking_bench" --benchmark_filter="$filter" --benchmark_repetitions=5 \
-      --benchmark_enable_random_interleaving=true --benchmark_format=json >"$work/results/$v-$r.json" 2>/dev/null
+    variant_run "$work/$v" "$filter" 5 "$work/results/$v-$r.json"
   done
   echo "ab_tracking: round $((r + 1))/$rounds done"
 done

@@ -22,6 +22,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/tmp/gpuguard-cost-parts}
 rounds=${2:-3}
 . "$root/scripts/env.sh"
+. "$root/benchmarks/tree_variants.sh"
 variants=(base no_clock no_lock tls_ie tls_desc none)
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
@@ -45,9 +46,7 @@ EOF
 
 prepare() {
   local v=$1 dir="$work/$1"
-  rm -rf "$dir"
-  mkdir -p "$dir/src"
-  tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
+  variant_copy "$dir"
   local ledger="$dir/src/src/ledger/ledger.cpp"
   local flags=""
   if [ "$v" = no_clock ] || [ "$v" = none ]; then
@@ -58,11 +57,7 @@ prepare() {
   fi
   if [ "$v" = tls_ie ] || [ "$v" = none ]; then flags="-ftls-model=initial-exec"; fi
   if [ "$v" = tls_desc ]; then flags="-mtls-dialect=gnu2"; fi
-  local prefix=()
-  if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
-  cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGPUGUARD_TSAN_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" "${prefix[@]}" >"$dir/configure.log" 2>&1
-  cmake --build "$dir/build" -j "$jobs" --target gpuguard_tracking_bench >"$dir/build.log" 2>&1
+  variant_build "$dir" "$jobs" "$flags"
 }
 
 echo "ledger_cost_parts: building ${#variants[@]} variants in $work ($jobs jobs each)"
@@ -84,10 +79,7 @@ if [ "$failed" -ne 0 ]; then exit 1; fi
 for ((r = 0; r < rounds; r++)); do
   order=("${variants[@]:r % ${#variants[@]}}" "${variants[@]:0:r % ${#variants[@]}}")
   for v in "${order[@]}"; do
-    "$work/$v/build/benchmarks/gpuguard_tracking_bench" \
-      --benchmark_filter='BM_host_pair/(un)?tracked/real_time/threads:1$' --benchmark_repetitions=3 \
-      --benchmark_enable_random_interleaving=true --benchmark_format=json \
-      >"$work/results/$v-$r.json" 2>/dev/null
+    variant_run "$work/$v" 'BM_host_pair/(un)?tracked/real_time/threads:1$' 3 "$work/results/$v-$r.json"
   done
   echo "ledger_cost_parts: round $((r + 1))/$rounds done"
 done

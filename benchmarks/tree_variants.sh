@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # $root is the sourcing script's
+# Copies of this tree built as variants of the tracking benchmark, and their runs: what
+# ledger_cost_parts.sh and ab_tracking.sh share. Sourced, not run; needs $root, the tree's root.
+
+# variant_copy DIR: the tree, without build folders, .git and the GPU runner's output, copied to
+# DIR/src (DIR emptied first).
+variant_copy() {
+  local dir=$1
+  rm -rf "$dir"
+  mkdir -p "$dir/src"
+  tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
+}
+
+# variant_build DIR JOBS [CXX_FLAGS]: configures DIR/src as the GPU runner does (carried packages
+# included) and builds its gpuguard_tracking_bench in DIR/build; logs in DIR.
+variant_build() {
+  local dir=$1 jobs=$2 flags=${3:-}
+  local prefix=()
+  if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
+  cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DGPUGUARD_TSAN_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" "${prefix[@]}" >"$dir/configure.log" 2>&1
+  cmake --build "$dir/build" -j "$jobs" --target gpuguard_tracking_bench >"$dir/build.log" 2>&1
+}
+
+# variant_run DIR FILTER REPETITIONS OUT: the variant's benchmarks matching FILTER, their
+# repetitions interleaved, as JSON in OUT.
+variant_run() {
+  "$1/build/benchmarks/gpuguard_tracking_bench" --benchmark_filter="$2" --benchmark_repetitions="$3" \
+    --benchmark_enable_random_interleaving=true --benchmark_format=json >"$4" 2>/dev/null
+}
