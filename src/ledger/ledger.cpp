@@ -317,9 +317,20 @@ struct spin_mutex {
 struct alignas(64) shard {
   spin_mutex mutex;
   std::vector<allocation_record> slots;  // ptr == nullptr: empty
+  // The table's geometry, kept with it: a vector's size divides by the record's size, and a
+  // probe's start needs the count of its bits, on every allocation and free.
+  std::size_t mask = 0;  // slots.size() - 1
+  unsigned shift = 64;   // detail::ledger_slot_shift(slots.size())
   std::size_t used = 0;
   std::array<recent_free, recent_free_count> recent{};
   std::size_t recent_next = 0;
+
+  // Takes `table` (a power of two of slots) as the table, and gives the old one back in it.
+  void take_table(std::vector<allocation_record>& table) noexcept {
+    slots.swap(table);
+    mask = slots.size() - 1;
+    shift = detail::ledger_slot_shift(slots.size());
+  }
 };
 
 struct ledger_state {
@@ -353,7 +364,10 @@ struct ledger_state {
   std::atomic<bool> abort_on_error{false};
 
   ledger_state() {
-    for (shard& s : shards) { s.slots.resize(initial_capacity); }
+    for (shard& s : shards) {
+      std::vector<allocation_record> table(initial_capacity);
+      s.take_table(table);
+    }
     fallback_counts.shared = true;
     fallback_counts.owned.store(true, std::memory_order_relaxed);
     thread_counts.store(&fallback_counts, std::memory_order_release);
@@ -499,18 +513,12 @@ shard& shard_for(ledger_state& st, std::uint64_t hash) noexcept {
   return st.shards[detail::ledger_shard_of_hash(hash)];
 }
 
-// The record of `ptr` (not null), or else the empty slot where its probe run ends.
-__attribute__((always_inline)) inline allocation_record& probe(shard& s, const void* ptr, std::uint64_t hash) noexcept {
-  const std::size_t mask = s.slots.size() - 1;
-  for (std::size_t i = detail::ledger_home_slot(hash, s.slots.size());; i = (i + 1) & mask) {
-    allocation_record& slot = s.slots[i];
-    if (slot.ptr == ptr || slot.ptr == nullptr) { return slot; }
+// The index of `ptr`'s record (ptr not null), or else of the empty slot where its probe run ends.
+__attribute__((always_inline)) inline std::size_t probe(const shard& s, const void* ptr, std::uint64_t hash) noexcept {
+  const allocation_record* slots = s.slots.data();
+  for (std::size_t i = detail::ledger_home_slot_shifted(hash, s.shift);; i = (i + 1) & s.mask) {
+    if (slots[i].ptr == ptr || slots[i].ptr == nullptr) { return i; }
   }
-}
-
-allocation_record* find(shard& s, const void* ptr, std::uint64_t hash) noexcept {
-  allocation_record& slot = probe(s, ptr, hash);
-  return slot.ptr != nullptr ? &slot : nullptr;
 }
 
 // Doubles the table, out of line: the check that calls it is on every allocation. Returns false
@@ -525,36 +533,31 @@ __attribute__((noinline)) bool grow(shard& s) noexcept {
       while (bigger[i].ptr != nullptr) { i = (i + 1) & mask; }
       bigger[i] = record;
     }
-    s.slots.swap(bigger);
+    s.take_table(bigger);
     return true;
   } catch (const std::bad_alloc&) {
     return false;
   }
 }
 
-// The slot for a new record of `hash`, counted as used, given `empty`, the empty slot its probe
-// found: that one, unless the table is half full and grows first (then found again). Null if the
-// table had to grow and memory ran out (the table as it was).
-__attribute__((always_inline)) inline allocation_record* insert(shard& s, std::uint64_t hash,
-                                                                allocation_record& empty) noexcept {
-  allocation_record* slot = &empty;
-  if ((s.used + 1) * 2 > s.slots.size()) {
+// The slot for a new record of `hash`, counted as used, given `empty`, the index of the empty
+// slot its probe found: that one, unless the table is half full and grows first (then found
+// again). Null if the table had to grow and memory ran out (the table as it was).
+__attribute__((always_inline)) inline allocation_record* insert(shard& s, std::uint64_t hash, std::size_t empty) noexcept {
+  if ((s.used + 1) * 2 > s.mask + 1) {  // half full: mask + 1 slots
     if (!grow(s)) { return nullptr; }
-    const std::size_t mask = s.slots.size() - 1;
-    std::size_t i = detail::ledger_home_slot(hash, s.slots.size());
-    while (s.slots[i].ptr != nullptr) { i = (i + 1) & mask; }
-    slot = &s.slots[i];
+    empty = detail::ledger_home_slot_shifted(hash, s.shift);
+    while (s.slots[empty].ptr != nullptr) { empty = (empty + 1) & s.mask; }
   }
   ++s.used;
-  return slot;
+  return &s.slots[empty];
 }
 
 // Backward-shift deletion: later entries of the probe run move up, so no tombstones are needed.
-__attribute__((always_inline)) inline void erase(shard& s, allocation_record* slot) noexcept {
-  const std::size_t mask = s.slots.size() - 1;
-  auto hole = static_cast<std::size_t>(slot - s.slots.data());
+__attribute__((always_inline)) inline void erase(shard& s, std::size_t hole) noexcept {
+  const std::size_t mask = s.mask;
   for (std::size_t i = (hole + 1) & mask; s.slots[i].ptr != nullptr; i = (i + 1) & mask) {
-    const std::size_t home = detail::ledger_home_slot(detail::pointer_hash(s.slots[i].ptr), s.slots.size());
+    const std::size_t home = detail::ledger_home_slot_shifted(detail::pointer_hash(s.slots[i].ptr), s.shift);
     // Move the entry into the hole if its home is not within (hole, i].
     const bool home_in_between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
     if (!home_in_between) {
@@ -951,8 +954,8 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   const int slot = device_slot_of(event.device);
   const counter_ref device = device_ref(slot, st);
   const counter_ref tagged = tag_ref(a.tag, st);
-  allocation_record& probed = probe(s, event.ptr, a.hash);
-  allocation_record* record = probed.ptr != nullptr ? &probed : nullptr;
+  const std::size_t probed = probe(s, event.ptr, a.hash);
+  allocation_record* record = s.slots[probed].ptr != nullptr ? &s.slots[probed] : nullptr;
   // The upstream handed out a live address again: the earlier block was freed behind the
   // tracker's back. It is counted as freed so the counters stay true.
   const bool replaces = record != nullptr && !inherited(st, *record);
@@ -1055,12 +1058,13 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   bool look_at_local = false;             // the device or the tag was shared
   {
     const std::lock_guard<spin_mutex> lock(s.mutex);
-    if (allocation_record* slot = find(s, ptr, hash)) {
+    const std::size_t at = probe(s, ptr, hash);
+    if (allocation_record* slot = s.slots[at].ptr != nullptr ? &s.slots[at] : nullptr) {
       result.known = true;
       result.bytes = slot->bytes;
       result.device = slot->device;
       if (inherited(st, *slot)) {
-        erase(s, slot);  // the parent's, freed in a forked child: not in the child's counters
+        erase(s, at);  // the parent's, freed in a forked child: not in the child's counters
         return result;
       }
       if (bytes != unknown_size && bytes != slot->bytes) {
@@ -1093,7 +1097,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       memory.freed_bytes += slot->bytes;
       ++memory.frees;
       memory.net -= static_cast<std::int64_t>(slot->bytes);
-      erase(s, slot);
+      erase(s, at);
     } else {
       const recent_free* earlier = nullptr;
       for (const recent_free& r : s.recent) {
