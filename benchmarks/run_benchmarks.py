@@ -65,6 +65,10 @@ CUDA_UNTRACKED = "BM_cuda_malloc_pair/untracked/real_time"
 CUDA_TRACKED = "BM_cuda_malloc_pair/tracked/real_time"
 ASYNC_UNTRACKED = "BM_cuda_async_pair/untracked/real_time"
 ASYNC_TRACKED = "BM_cuda_async_pair/tracked/real_time"
+ASYNC_ALTERNATING = "BM_cuda_async_pair/alternating/real_time"
+ALTERNATING_HEADING = ("cudaMallocAsync/cudaFreeAsync pairs, tracked and untracked batches alternating "
+                       "in one loop: tracked / untracked")
+ALTERNATING_LIMIT = 1.10
 
 CLOCK_TSC = "BM_clock_read/tsc/real_time"
 CLOCK_STEADY = "BM_clock_read/steady_clock/real_time"
@@ -382,6 +386,34 @@ def pair_table(results, heading, kind, baseline_name, measured_name, limit):
     return lines
 
 
+def alternating_table(results):
+    """The stream-ordered pair measured in one loop: each iteration times a batch untracked and a
+    batch tracked, and the benchmark's counters hold the median batch of each and the median of
+    the iterations' own ratios, with its quartiles. The verdict judges that median ratio. A run
+    from before the benchmark existed gets no table."""
+    if ASYNC_ALTERNATING not in results:
+        return []
+    target = "<= %g" % ALTERNATING_LIMIT
+    lines = ["### " + ALTERNATING_HEADING, "",
+             "Each iteration times a batch of 32 untracked pairs and a batch of 32 tracked pairs, "
+             "in turn first; the ratio is the median of the iterations' own ratios (median of the "
+             "repetitions), so drift between the two benchmarks above does not enter it.", "",
+             "| benchmark | untracked ns | tracked ns | ratio | quartiles of the ratio | target | verdict |",
+             "| --- | ---: | ---: | ---: | --- | --- | --- |"]
+    result = lookup(results, ASYNC_ALTERNATING)
+    needed = ("untracked_ns", "tracked_ns", "ratio", "ratio_p25", "ratio_p75")
+    if result.not_run is None and any(k not in result.counters for k in needed):
+        result.not_run = "no ratio counters in this run"
+    if result.not_run:
+        lines.append("| `%s` | - | - | - | - | %s | not run (%s) |" % (ASYNC_ALTERNATING, target, result.not_run))
+        return lines
+    c = result.counters
+    lines.append("| `%s` | %s | %s | %.3f | %.3f to %.3f | %s | %s |"
+                 % (ASYNC_ALTERNATING, ns(c["untracked_ns"]), ns(c["tracked_ns"]), c["ratio"],
+                    c["ratio_p25"], c["ratio_p75"], target, verdict(c["ratio"] <= ALTERNATING_LIMIT)))
+    return lines
+
+
 def threads_table(results, cores):
     lines = ["### " + THREADS_HEADING, "",
              "Throughput is allocate+deallocate pairs per second summed over all threads; time is "
@@ -600,6 +632,9 @@ def section_body(document, command):
         first = True
         for heading, kind, baseline, measured, limit in PAIR_TARGETS:
             lines += pair_table(results, heading, kind, baseline, measured, limit) + [""]
+            alternating = alternating_table(results) if measured == ASYNC_TRACKED else []
+            if alternating:
+                lines += alternating + [""]
             if first:  # the threads table follows the single-thread host pair
                 lines += threads_table(results, cores) + [""]
                 first = False

@@ -361,6 +361,47 @@ def check_programs(tmp, doc, sample):
         "the same tables as the recorded run"
 
 
+ALTERNATING = "BM_cuda_async_pair/alternating/real_time"
+
+
+def with_alternating(document, counters, error=None):
+    """`document` with the alternating stream-ordered benchmark added: its median aggregate with
+    `counters`, or, given `error`, the iteration entries of a run that failed with it."""
+    out = copy.deepcopy(document)
+    base = {"name": ALTERNATING, "family_index": 40, "per_family_instance_index": 0,
+            "run_name": ALTERNATING, "repetitions": 3, "threads": 1, "time_unit": "ns"}
+    if error:
+        for repetition in range(3):
+            out["benchmarks"].append(dict(base, run_type="iteration", repetition_index=repetition,
+                                          iterations=0, real_time=0.0, cpu_time=0.0,
+                                          error_occurred=True, error_message=error))
+    else:
+        out["benchmarks"].append(dict(base, run_type="aggregate", aggregate_name="median",
+                                      iterations=3, real_time=45000.0, cpu_time=45000.0, **counters))
+    return out
+
+
+def check_alternating(tmp, doc, out):
+    heading = "### cudaMallocAsync/cudaFreeAsync pairs, tracked and untracked batches alternating"
+    # A run from before the benchmark existed (sample.json) has no such table.
+    text = run(tmp, doc, out)
+    assert heading not in text and ALTERNATING not in text, text
+    # The counters are the figures, the median ratio the verdict.
+    counters = {"untracked_ns": 650.25, "tracked_ns": 703.5, "ratio": 1.0812,
+                "ratio_p25": 1.0423, "ratio_p75": 1.1204}
+    text = run(tmp, with_alternating(doc, counters), out)
+    assert heading in text, text
+    assert row(text, "`%s`" % ALTERNATING) == (
+        "| `%s` | 650.2 | 703.5 | 1.081 | 1.042 to 1.120 | <= 1.1 | PASS |" % ALTERNATING), text
+    text = run(tmp, with_alternating(doc, dict(counters, ratio=1.1001)), out)
+    assert row(text, "`%s`" % ALTERNATING).endswith("| 1.100 | 1.042 to 1.120 | <= 1.1 | MISS |"), text
+    # A run without the counters, and a machine without a GPU, have no figure to judge.
+    text = run(tmp, with_alternating(doc, {"ratio": 1.0}), out)
+    assert row(text, "`%s`" % ALTERNATING).endswith("not run (no ratio counters in this run) |"), text
+    text = run(tmp, with_alternating(doc, {}, error="no CUDA device"), out)
+    assert row(text, "`%s`" % ALTERNATING).endswith("| <= 1.1 | %s |" % NO_GPU), text
+
+
 def check_clock_line(tmp, doc, out):
     """The clock reads' line: absent from a run without them; with them, both reads and which
     clock the ledger uses, from the program's invariant_tsc context."""
@@ -394,6 +435,7 @@ def main():
         assert headings(text) == ["## Results"], text
         check_gpu_report(text, doc)
         check_clock_line(tmp, doc, out)
+        check_alternating(tmp, doc, out)
 
         # --append-section replaces its own section, keeps the others and their order.
         with open(out, "w") as f:

@@ -11,6 +11,13 @@
 //       one cudaMalloc+cudaFree of 1 MiB per iteration.
 //   BM_cuda_async_pair/{untracked,tracked}/real_time
 //       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
+//   BM_cuda_async_pair/alternating/real_time
+//       the same two, in one loop: each iteration times a batch of untracked pairs and a batch of
+//       tracked pairs (in turn first), and the counters give the median batch of each, per pair
+//       (untracked_ns, tracked_ns), and the median of the iterations' tracked / untracked ratios
+//       with its quartiles (ratio, ratio_p25, ratio_p75). The pool's pair drifts by more than
+//       tracking adds to it between the two benchmarks above; a ratio taken within one iteration
+//       sees both under the same drift.
 //   BM_cuda_get_device/real_time
 //       one cudaGetDevice: what the tracking resource adds to each device free besides the ledger
 //       (it passes the current device to record_free for the wrong-device check).
@@ -49,9 +56,11 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -188,6 +197,64 @@ void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
 }
 
+// Nanoseconds per pair of one batch of `count` pairs from `resource` on `stream`.
+double batch_ns(gpuguard::memory_resource& resource, gpuguard::stream_view stream, int count) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
+    void* ptr = resource.allocate(cuda_bytes, stream);
+    benchmark::DoNotOptimize(ptr);
+    resource.deallocate(ptr, cuda_bytes, stream);
+  }
+  const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
+  return took.count() / count;
+}
+
+/// The value below which a fraction `q` of `values` lies (nearest rank); `values` is sorted here.
+double quantile(std::vector<double>& values, double q) {
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  return values[rank];
+}
+
+void BM_cuda_async_pair_alternating(benchmark::State& state) {
+  if (!gpu_or_skip(state)) { return; }
+  constexpr int batch = 32;
+  gpuguard::memory_resource& untracked = cuda_async();
+  gpuguard::memory_resource& tracked = tracked_cuda_async();
+  const gpuguard::stream_view stream = bench_stream().view();
+  for (gpuguard::memory_resource* r : {&untracked, &tracked}) {  // the pool grown, outside the timing
+    r->deallocate(r->allocate(cuda_bytes, stream), cuda_bytes, stream);
+  }
+  stream.synchronize();
+  std::vector<double> untracked_ns;
+  std::vector<double> tracked_ns;
+  std::vector<double> ratios;
+  bool tracked_first = false;
+  for (auto _ : state) {
+    double u = 0;
+    double t = 0;
+    if (tracked_first) {
+      t = batch_ns(tracked, stream, batch);
+      u = batch_ns(untracked, stream, batch);
+    } else {
+      u = batch_ns(untracked, stream, batch);
+      t = batch_ns(tracked, stream, batch);
+    }
+    tracked_first = !tracked_first;
+    untracked_ns.push_back(u);
+    tracked_ns.push_back(t);
+    ratios.push_back(t / u);
+  }
+  stream.synchronize();
+  state.SetItemsProcessed(state.iterations() * 2 * batch);
+  if (ratios.empty()) { return; }
+  state.counters["untracked_ns"] = quantile(untracked_ns, 0.5);
+  state.counters["tracked_ns"] = quantile(tracked_ns, 0.5);
+  state.counters["ratio_p25"] = quantile(ratios, 0.25);
+  state.counters["ratio"] = quantile(ratios, 0.5);
+  state.counters["ratio_p75"] = quantile(ratios, 0.75);
+}
+
 void BM_cuda_get_device(benchmark::State& state) {
   if (!gpu_or_skip(state)) { return; }
   int device = 0;
@@ -321,6 +388,8 @@ void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_cuda_async_pair/untracked", BM_cuda_async_pair_untracked)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/tracked", BM_cuda_async_pair_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_async_pair/alternating", BM_cuda_async_pair_alternating)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_get_device", BM_cuda_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_cu_ctx_get_device", BM_cu_ctx_get_device)->UseRealTime();
