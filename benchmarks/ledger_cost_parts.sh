@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Where a tracked host pair's time goes, on a machine without a profiler (the GPU machines have no
 # perf). Builds gpuguard_tracking_bench from copies of this tree, each with one cost of the ledger's
-# hot path taken out, and runs the single-thread host pair (tracked and untracked) in each, the
-# variants interleaved round by round. What a variant saves against `base` is what that cost adds
-# on this machine's CPU. The variants are measurements only and unsound for real use (no_lock
-# is safe for this one-thread benchmark only):
+# hot path taken out, and runs the single-thread host pair (tracked and untracked) in each, and,
+# where there is a GPU, the stream-ordered pair timed tracked and untracked in one loop
+# (BM_cuda_async_pair/alternating: there the ledger's lines are no longer in the core's caches
+# after each driver call), the variants interleaved round by round. What a variant saves against
+# `base` is what that cost adds on this machine's CPU. The variants are measurements only and
+# unsound for real use (no_lock is safe for these one-thread benchmarks only):
 #   base      the tree as it is
 #   no_clock  the allocation's clock read (a TSC read where it is invariant) left out
 #   no_lock   the live table's shard lock never taken (its locked exchange left out)
@@ -13,17 +15,33 @@
 #   tls_desc  libgpuguard built with -mtls-dialect=gnu2 (x86-64): TLS descriptors, which find a
 #             loaded-at-start library's thread_locals without that call and stay safe for dlopen
 #   none      no_clock, no_lock and tls_ie together: what remains
+#   no_ctx    the tracking resource's free of device memory without its question for the current
+#             device (cuCtxGetDevice): it passes the resource's own device, which in the benchmark
+#             is the current one
+#   no_ledger the tracking resource without the ledger: no record and no free recorded (the
+#             question for the current device stays), so what the whole ledger adds
 #
-# usage: benchmarks/ledger_cost_parts.sh [WORK_DIR] [ROUNDS]   (default /tmp/gpuguard-cost-parts, 3)
-# Prints a table: each variant's added ns per pair (tracked minus untracked, medians), and its
-# saving against base; the JSON of every run stays in WORK_DIR/results.
+# usage: benchmarks/ledger_cost_parts.sh [WORK_DIR] [ROUNDS] [VARIANT...]
+#   (defaults /tmp/gpuguard-cost-parts, 3 rounds, every variant; base is always built)
+# Prints a table: each variant's added ns per pair (tracked minus untracked, medians) and its
+# saving against base, for the host pair and, with a GPU, the stream-ordered pair; the JSON of
+# every run stays in WORK_DIR/results.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-/tmp/gpuguard-cost-parts}
 rounds=${2:-3}
 . "$root/scripts/env.sh"
 . "$root/benchmarks/tree_variants.sh"
-variants=(base no_clock no_lock tls_ie tls_desc none)
+all_variants=(base no_clock no_lock tls_ie tls_desc none no_ctx no_ledger)
+variants=(base)
+for v in "${@:3}"; do
+  case " ${all_variants[*]} " in
+    *" $v "*) [ "$v" = base ] || variants+=("$v") ;;
+    *) echo "ledger_cost_parts: unknown variant '$v' (expected one of: ${all_variants[*]})" >&2; exit 2 ;;
+  esac
+done
+if [ $# -le 2 ]; then variants=("${all_variants[@]}"); fi
+case "$rounds" in '' | *[!0-9]* | 0) echo "ledger_cost_parts: ROUNDS must be a whole number of at least 1, not '$rounds'" >&2; exit 2 ;; esac
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
@@ -48,12 +66,22 @@ prepare() {
   local v=$1 dir="$work/$1"
   variant_copy "$dir"
   local ledger="$dir/src/src/ledger/ledger.cpp"
+  local resource="$dir/src/src/tracking/tracking_resource.cpp"
   local flags=""
   if [ "$v" = no_clock ] || [ "$v" = none ]; then
     edit_once "$ledger" "const std::int64_t ticks = now_ticks();" "const std::int64_t ticks = 0;"
   fi
   if [ "$v" = no_lock ] || [ "$v" = none ]; then
     edit_once "$ledger" "while (locked.exchange(true, std::memory_order_acquire)) {" "while (false) {"
+  fi
+  if [ "$v" = no_ctx ]; then
+    edit_once "$resource" "kind_ == memory_kind::device ? current_device_or_host() : host_device_id;" \
+      "kind_ == memory_kind::device ? (static_cast<void>(&current_device_or_host), device_) : host_device_id;"
+  fi
+  if [ "$v" = no_ledger ]; then
+    edit_once "$resource" "  record_allocation(allocation_event{ptr, bytes, device_, stream.get(), kind_});" ""
+    edit_once "$resource" "const free_result known = record_free(ptr, bytes, current, stream.get());" \
+      "free_result known; known.known = true; known.bytes = bytes; known.device = current;"
   fi
   if [ "$v" = tls_ie ] || [ "$v" = none ]; then flags="-ftls-model=initial-exec"; fi
   if [ "$v" = tls_desc ]; then flags="-mtls-dialect=gnu2"; fi
@@ -79,7 +107,8 @@ if [ "$failed" -ne 0 ]; then exit 1; fi
 for ((r = 0; r < rounds; r++)); do
   order=("${variants[@]:r % ${#variants[@]}}" "${variants[@]:0:r % ${#variants[@]}}")
   for v in "${order[@]}"; do
-    variant_run "$work/$v" 'BM_host_pair/(un)?tracked/real_time/threads:1$' 3 "$work/results/$v-$r.json"
+    variant_run "$work/$v" 'BM_host_pair/(un)?tracked/real_time/threads:1$|BM_cuda_async_pair/alternating' 3 \
+      "$work/results/$v-$r.json"
   done
   echo "ledger_cost_parts: round $((r + 1))/$rounds done"
 done
@@ -87,22 +116,38 @@ done
 python3 - "$work/results" "$rounds" "${variants[@]}" <<'EOF'
 import json, statistics, sys
 results, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-def median_of(run, arm):
-    return next(b["real_time"] for b in run["benchmarks"]
-                if b.get("aggregate_name") == "median" and b["run_name"] == f"BM_host_pair/{arm}/real_time/threads:1")
-added = {}
+def median_entry(run, name):
+    return next((b for b in run["benchmarks"]
+                 if b.get("aggregate_name") == "median" and b["run_name"] == name), None)
+def host_added(run):
+    tracked = median_entry(run, "BM_host_pair/tracked/real_time/threads:1")
+    untracked = median_entry(run, "BM_host_pair/untracked/real_time/threads:1")
+    return tracked["real_time"] - untracked["real_time"]
+def async_added(run):  # None without a GPU: the benchmark skipped, and wrote no counters
+    entry = median_entry(run, "BM_cuda_async_pair/alternating/real_time")
+    if entry is None or "tracked_ns" not in entry:
+        return None
+    return entry["tracked_ns"] - entry["untracked_ns"]
+added = {"host pair": {}, "stream-ordered pair": {}}
 for v in variants:
-    per_round = []
+    runs = []
     for r in range(rounds):
         with open(f"{results}/{v}-{r}.json") as f:
-            run = json.load(f)
-        per_round.append(median_of(run, "tracked") - median_of(run, "untracked"))
-    added[v] = per_round
-print("| variant | added ns per pair (median of rounds) | rounds | saving against base |")
-print("|---|---:|---|---:|")
-base = statistics.median(added["base"])
-for v in variants:
-    m = statistics.median(added[v])
-    rounds_text = ", ".join(f"{x:.1f}" for x in added[v])
-    print(f"| {v} | {m:.1f} | {rounds_text} | {base - m:+.1f} |" if v != "base" else f"| {v} | {m:.1f} | {rounds_text} | |")
+            runs.append(json.load(f))
+    added["host pair"][v] = [host_added(run) for run in runs]
+    in_loop = [async_added(run) for run in runs]
+    if all(x is not None for x in in_loop):
+        added["stream-ordered pair"][v] = in_loop
+print("| pair | variant | added ns per pair (median of rounds) | rounds | saving against base |")
+print("|---|---|---:|---|---:|")
+for pair, by_variant in added.items():
+    if "base" not in by_variant:
+        print(f"| {pair} | - | not run (no GPU on this machine) | | |")
+        continue
+    base = statistics.median(by_variant["base"])
+    for v in variants:
+        m = statistics.median(by_variant[v])
+        rounds_text = ", ".join(f"{x:.1f}" for x in by_variant[v])
+        saving = "" if v == "base" else f"{base - m:+.1f}"
+        print(f"| {pair} | {v} | {m:.1f} | {rounds_text} | {saving} |")
 EOF
