@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Before and after one change, in one run on one machine: builds gpuguard_tracking_bench from the
 # tree as it is ("after") and from the tree with PATCH taken back out ("before"), then runs the
-# one-thread host pair and, where there is a GPU, the stream-ordered pair, tracked and untracked,
-# the two builds interleaved round by round. For changes to the tracking hot path on machines
-# without a profiler (the GPU machines): make the patch with `git diff BASE -- src include >
-# change.patch`, leave it in the tree (untracked files travel with the device tool's copy), and
-# run this there.
+# one-thread host pair, tracked and untracked, and, where there is a GPU, the stream-ordered pair
+# tracked and untracked in one loop (BM_cuda_async_pair/alternating), the two builds interleaved
+# round by round. For changes to the tracking hot path on machines without a profiler (the GPU
+# machines): make the patch with `git diff BASE -- src include > change.patch`, leave it in the
+# tree (untracked files travel with the device tool's copy), and run this there.
 #
 # usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
 # Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
@@ -49,7 +49,7 @@ wait "$after_pid" || failed=1
 if [ "$failed" -ne 0 ]; then echo "ab_tracking: a build failed: see $work/*/build.log" >&2; exit 1; fi
 
 filter='BM_host_pair/(un)?tracked/real_time/threads:1$'
-if nvidia-smi -L >/dev/null 2>&1; then filter="$filter|BM_cuda_async_pair/(un)?tracked/real_time$"; fi
+if nvidia-smi -L >/dev/null 2>&1; then filter="$filter|BM_cuda_async_pair/alternating"; fi
 for ((r = 0; r < rounds; r++)); do
   order=(before after)
   if ((r % 2 == 1)); then order=(after before); fi
@@ -62,25 +62,28 @@ done
 python3 - "$work/results" "$rounds" <<'EOF'
 import json, statistics, sys
 results, rounds = sys.argv[1], int(sys.argv[2])
-pairs = {"host pair, 1 thread": "BM_host_pair/{}/real_time/threads:1",
-         "cudaMallocAsync pair": "BM_cuda_async_pair/{}/real_time"}
 runs = {v: [json.load(open(f"{results}/{v}-{r}.json")) for r in range(rounds)] for v in ("before", "after")}
-def median(run, name):
-    return next((b["real_time"] for b in run["benchmarks"]
+def median_entry(run, name):
+    return next((b for b in run["benchmarks"]
                  if b.get("aggregate_name") == "median" and b["run_name"] == name), None)
+def host_pair(run):  # (added ns, ratio): the two benchmarks' medians
+    t = median_entry(run, "BM_host_pair/tracked/real_time/threads:1")
+    u = median_entry(run, "BM_host_pair/untracked/real_time/threads:1")
+    return (t["real_time"] - u["real_time"], t["real_time"] / u["real_time"]) if t and u else None
+def async_pair(run):  # (added ns, ratio): the alternating benchmark's counters, None without a GPU
+    e = median_entry(run, "BM_cuda_async_pair/alternating/real_time")
+    if e is None or "tracked_ns" not in e:
+        return None
+    return e["tracked_ns"] - e["untracked_ns"], e["ratio"]
 print("| pair | build | added ns (median of rounds) | rounds | tracked / untracked |")
 print("|---|---|---:|---|---:|")
-for label, name in pairs.items():
+for label, figure in (("host pair, 1 thread", host_pair), ("cudaMallocAsync pair, alternating", async_pair)):
     for v in ("before", "after"):
-        added, ratios = [], []
-        for run in runs[v]:
-            t, u = median(run, name.format("tracked")), median(run, name.format("untracked"))
-            if t is None or u is None:
-                break
-            added.append(t - u)
-            ratios.append(t / u)
-        if not added:
+        found = [figure(run) for run in runs[v]]
+        if not found or any(f is None for f in found):
             continue
+        added = [f[0] for f in found]
+        ratios = [f[1] for f in found]
         print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} "
               f"| {statistics.median(ratios):.3f} |")
 EOF
