@@ -58,6 +58,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -212,7 +213,7 @@ double batch_ns(gpuguard::memory_resource& resource, gpuguard::stream_view strea
 /// The value below which a fraction `q` of `values` lies (nearest rank); `values` is sorted here.
 double quantile(std::vector<double>& values, double q) {
   std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
+  const auto rank = static_cast<std::size_t>(std::lround(q * static_cast<double>(values.size() - 1)));
   return values[rank];
 }
 
