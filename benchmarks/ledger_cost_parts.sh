@@ -145,7 +145,7 @@ for pair, by_variant in added.items():
         print(f"| {pair} | - | not run (no GPU on this machine) | | |")
         continue
     base = statistics.median(by_variant["base"])
-    for v in variants:
+    for v in (v for v in variants if v in by_variant):
         m = statistics.median(by_variant[v])
         rounds_text = ", ".join(f"{x:.1f}" for x in by_variant[v])
         saving = "" if v == "base" else f"{base - m:+.1f}"
