@@ -398,6 +398,8 @@ def check_alternating(tmp, doc, out):
     # A run without the counters, and a machine without a GPU, have no figure to judge.
     text = run(tmp, with_alternating(doc, {"ratio": 1.0}), out)
     assert row(text, "`%s`" % ALTERNATING).endswith("not run (no ratio counters in this run) |"), text
+    medians = text.split("### All medians")[1]
+    assert "| `%s` | 45000.0 |" % ALTERNATING in medians, medians  # it ran: only its table lacks figures
     text = run(tmp, with_alternating(doc, {}, error="no CUDA device"), out)
     assert row(text, "`%s`" % ALTERNATING).endswith("| <= 1.1 | %s |" % NO_GPU), text
 
