@@ -59,22 +59,12 @@ for ((r = 0; r < rounds; r++)); do
   echo "ab_tracking: round $((r + 1))/$rounds done"
 done
 
-python3 - "$work/results" "$rounds" <<'EOF'
+python3 - "$work/results" "$rounds" "$root/benchmarks" <<'EOF'
 import json, statistics, sys
 results, rounds = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from variant_figures import async_pair, host_pair
 runs = {v: [json.load(open(f"{results}/{v}-{r}.json")) for r in range(rounds)] for v in ("before", "after")}
-def median_entry(run, name):
-    return next((b for b in run["benchmarks"]
-                 if b.get("aggregate_name") == "median" and b["run_name"] == name), None)
-def host_pair(run):  # (added ns, ratio): the two benchmarks' medians
-    t = median_entry(run, "BM_host_pair/tracked/real_time/threads:1")
-    u = median_entry(run, "BM_host_pair/untracked/real_time/threads:1")
-    return (t["real_time"] - u["real_time"], t["real_time"] / u["real_time"]) if t and u else None
-def async_pair(run):  # (added ns, ratio): the alternating benchmark's counters, None without a GPU
-    e = median_entry(run, "BM_cuda_async_pair/alternating/real_time")
-    if e is None or "tracked_ns" not in e:
-        return None
-    return e["tracked_ns"] - e["untracked_ns"], e["ratio"]
 print("| pair | build | added ns (median of rounds) | rounds | tracked / untracked |")
 print("|---|---|---:|---|---:|")
 for label, figure in (("host pair, 1 thread", host_pair), ("cudaMallocAsync pair, alternating", async_pair)):

@@ -113,31 +113,21 @@ for ((r = 0; r < rounds; r++)); do
   echo "ledger_cost_parts: round $((r + 1))/$rounds done"
 done
 
-python3 - "$work/results" "$rounds" "${variants[@]}" <<'EOF'
+python3 - "$work/results" "$rounds" "$root/benchmarks" "${variants[@]}" <<'EOF'
 import json, statistics, sys
-results, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-def median_entry(run, name):
-    return next((b for b in run["benchmarks"]
-                 if b.get("aggregate_name") == "median" and b["run_name"] == name), None)
-def host_added(run):
-    tracked = median_entry(run, "BM_host_pair/tracked/real_time/threads:1")
-    untracked = median_entry(run, "BM_host_pair/untracked/real_time/threads:1")
-    return tracked["real_time"] - untracked["real_time"]
-def async_added(run):  # None without a GPU: the benchmark skipped, and wrote no counters
-    entry = median_entry(run, "BM_cuda_async_pair/alternating/real_time")
-    if entry is None or "tracked_ns" not in entry:
-        return None
-    return entry["tracked_ns"] - entry["untracked_ns"]
+results, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
+sys.path.insert(0, sys.argv[3])
+from variant_figures import async_pair, host_pair
 added = {"host pair": {}, "stream-ordered pair": {}}
 for v in variants:
     runs = []
     for r in range(rounds):
         with open(f"{results}/{v}-{r}.json") as f:
             runs.append(json.load(f))
-    added["host pair"][v] = [host_added(run) for run in runs]
-    in_loop = [async_added(run) for run in runs]
+    added["host pair"][v] = [host_pair(run)[0] for run in runs]
+    in_loop = [async_pair(run) for run in runs]
     if all(x is not None for x in in_loop):
-        added["stream-ordered pair"][v] = in_loop
+        added["stream-ordered pair"][v] = [x[0] for x in in_loop]
 print("| pair | variant | added ns per pair (median of rounds) | rounds | saving against base |")
 print("|---|---|---:|---|---:|")
 for pair, by_variant in added.items():
