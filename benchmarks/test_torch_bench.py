@@ -47,6 +47,8 @@ def main():
     done = subprocess.run([sys.executable, script, "--json-in", script], capture_output=True, text=True)
     assert done.returncode == 2, done
     assert f"{script}: not a recorded run" in done.stderr, done.stderr
+    assert "allocations per step" not in subprocess.run([sys.executable, script, "--json-in", recorded],
+                                                        capture_output=True, text=True).stdout  # none recorded then
 
     # Observe judged inside processes: a round's figure is observe's after/before over native's.
     halves = {"native": [(2.0, 2.1), (2.0, 2.0)], "observe_split": [(2.0, 2.1), (2.0, 2.06)]}
@@ -69,6 +71,8 @@ def main():
                     "base = {'native': 2.0, 'observe': 2.04, 'swap_in': 2.2}[mode]\n"
                     "if os.environ.get('PYTORCH_CUDA_ALLOC_CONF'): base = 2.1\n"
                     "print('median step ms %.4f over 100 steps' % base)\n"
+                    "if mode != 'native' and '--split' not in a:\n"
+                    "    print('allocations per step %.1f' % {'observe': 50.0, 'swap_in': 48.0}[mode])\n"
                     "if '--split' in a:\n"
                     "    s = a[a.index('--split') + 1]\n"
                     "    print('median step ms before step %s 2.0000 over 45 steps' % s)\n"
@@ -89,6 +93,12 @@ def main():
         assert "| observe, attached at step 55 (inside processes) | | 1.005 | 1.005 to 1.005 | at most 1.01 | PASS |" \
             in again.stdout, again.stdout
         assert "--steps 110 --inside`" in again.stdout, again.stdout
+        # The allocations per step of the modes that record them, and what observe adds per event:
+        # (2.04 - 2.0) ms over 50 allocations and 50 frees.
+        assert run["allocations_per_step"] == {"observe": 50.0, "swap_in": 48.0}, run
+        line = ("Observe recorded 50.0 allocations per step (and as many frees): its added 40.0 us per step is "
+                "400 ns per allocation or free, PyTorch's trace entry for gpuguard and the ledger's record together.")
+        assert line in again.stdout, again.stdout
         # Without --inside: no split runs, no halves, no inside row.
         done = subprocess.run([sys.executable, script, fake, "--rounds", "1", "--steps", "110", "--json-out", out],
                               capture_output=True, text=True)

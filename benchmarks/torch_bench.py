@@ -52,7 +52,8 @@ def split_step(steps):
 
 
 def run_mode(binary, run, steps, split):
-    """One run of the program: (median step ms, (median before the split, after it) or None)."""
+    """One run of the program: (median step ms, (median before the split, after it) or None,
+    allocations gpuguard recorded per timed step or None: native mode records none)."""
     env = dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0")
     mode = {"native_async": "native", "observe_split": "observe"}.get(run, run)
     if run == "native_async":
@@ -69,7 +70,9 @@ def run_mode(binary, run, steps, split):
               for side in ("before", "after")] if split_run else []
     if done.returncode != 0 or not m or not all(halves):
         raise RuntimeError(f"{run}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
-    return float(m.group(1)), (tuple(float(h.group(1)) for h in halves) if split_run else None)
+    allocations = re.search(r"allocations per step ([0-9.]+)", done.stdout)
+    return (float(m.group(1)), (tuple(float(h.group(1)) for h in halves) if split_run else None),
+            float(allocations.group(1)) if allocations else None)
 
 
 def split_figure(halves):
@@ -82,10 +85,11 @@ def split_figure(halves):
     return {"ratio": statistics.median(ratios), "round_ratios": ratios, "verdict": verdict}
 
 
-def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None):
+def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None, allocations=None):
     """The run's document (what --json-out writes): each mode's rounds, their median, and each
     target's ratio and verdict; with `halves` (each round's medians before and after the split, of
-    native and observe_split), observe judged inside processes too."""
+    native and observe_split), observe judged inside processes too; with `allocations` (each
+    mode's allocations per step, per round), their medians."""
     medians = {m: statistics.median(v) for m, v in per_mode.items()}
     ratios = {m: medians[m] / medians["native"] for m in TARGETS}
     verdicts, round_ratios = {}, {}
@@ -96,6 +100,8 @@ def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None):
                 "round_ratios": round_ratios, "verdicts": verdicts}
     if halves:
         document.update(split_step=split, halves_ms=halves, observe_split=split_figure(halves))
+    if allocations:
+        document["allocations_per_step"] = {m: statistics.median(v) for m, v in allocations.items() if v}
     return document
 
 
@@ -122,6 +128,13 @@ def table_lines(document, binary_name):
                      f"{TARGETS['observe']} | {inside['verdict']} |")
     lines += ["", f"swap_in / native_async: {medians['swap_in'] / native_async:.3f} (what the pluggable "
               "allocator and gpuguard add over the stream-ordered pool they allocate from)."]
+    per_step = document.get("allocations_per_step", {})
+    if per_step.get("observe"):
+        added_us = (medians["observe"] - medians["native"]) * 1000
+        events = 2 * per_step["observe"]  # every tensor of a step is freed in it (--no-leak)
+        lines += ["", f"Observe recorded {per_step['observe']:.1f} allocations per step (and as many frees): "
+                  f"its added {added_us:.1f} us per step is {added_us * 1000 / events:.0f} ns per allocation "
+                  "or free, PyTorch's trace entry for gpuguard and the ledger's record together."]
     if "observe_split" in document:
         lines += ["", f"Observe inside processes: each round also ran `--split {document['split_step']}` in "
                   "native mode and in observe mode, observe attaching at that step; a round's figure is "
@@ -158,6 +171,8 @@ def main():
                 halves = {run: [(float(b), float(a)) for b, a in halves[run]] for run in ("native", "observe_split")}
             document = summarize(per_mode, recorded["rounds"], recorded["steps"], recorded["machine"],
                                  recorded["date"], halves, recorded.get("split_step"))
+            if "allocations_per_step" in recorded:  # runs before 2026-12-06 have none
+                document["allocations_per_step"] = {m: float(v) for m, v in recorded["allocations_per_step"].items()}
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"torch_bench.py: {args.json_in}: not a recorded run ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
@@ -168,18 +183,22 @@ def main():
         if args.inside and split is None:
             parser.error("--inside needs --steps of at least 40 (10 warm-up and 10 timed steps a half)")
         halves = {"native": [], "observe_split": []} if split else None
+        allocations = {m: [] for m in TARGETS}
         for r in range(args.rounds):
             for run in rotated(RUNS if split else MODES, r):
-                median, run_halves = run_mode(args.binary, run, args.steps, split)
+                median, run_halves, per_step = run_mode(args.binary, run, args.steps, split)
                 if run in per_mode:
                     per_mode[run].append(median)
+                if run in allocations and per_step is not None:
+                    allocations[run].append(per_step)
                 if run_halves is not None:
                     halves[run].append(run_halves)
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{m} {per_mode[m][-1]:.3f} ms" for m in MODES)
                   + (f", observe after/before step {split} {halves['observe_split'][-1][1] / halves['observe_split'][-1][0]:.3f}"
                      if split else ""), flush=True)
         document = summarize(per_mode, args.rounds, args.steps, describe_machine(),
-                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), halves, split)
+                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), halves, split,
+                             allocations)
         binary_name = os.path.basename(args.binary)
     if args.json_out:
         with open(args.json_out, "w") as f:

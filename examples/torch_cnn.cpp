@@ -12,7 +12,9 @@
 // mode it attaches gpuguard at STEP instead of at the start, so that one process runs both native
 // and observed steps (benchmarks/torch_bench.py --inside compares them with a native run's halves:
 // the spread between processes is wider than the 1 percent it judges). Prints the loss of every
-// 10th step and the last.
+// 10th step and the last; with --bench in observe or swap-in mode (no --split), also the
+// allocations gpuguard recorded per timed step.
+#include <gpuguard/ledger.hpp>
 #include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 #include <gpuguard/torch.hpp>
@@ -26,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -144,9 +147,14 @@ int main(int argc, char** argv) {
     auto side = c10::cuda::getStreamFromPool();
     std::vector<double> step_ms;
     float last_loss = 0;
+    // What gpuguard recorded during the timed steps (observe and swap-in, without --split): the
+    // events a mode's added time is spread over.
+    const int device = c10::cuda::current_device();
+    std::uint64_t allocations_at_warm_up = 0;
 
     for (int step = 0; step < s.steps; ++step) {
       if (step == s.split && s.mode == "observe") { gpuguard::torch::observe(); }
+      if (step == warm_up_steps) { allocations_at_warm_up = gpuguard::device_counters(device).allocations; }
       const auto start = std::chrono::steady_clock::now();
       torch::Tensor x;
       torch::Tensor y;
@@ -194,6 +202,10 @@ int main(int argc, char** argv) {
       const auto first = step_ms.begin();
       const std::vector<double> timed(first + warm_up_steps, step_ms.end());
       std::printf("median step ms %.4f over %zu steps\n", median_of(timed), timed.size());
+      if (s.mode != "native" && s.split == 0) {
+        const std::uint64_t allocations = gpuguard::device_counters(device).allocations - allocations_at_warm_up;
+        std::printf("allocations per step %.1f\n", static_cast<double>(allocations) / static_cast<double>(timed.size()));
+      }
       if (s.split != 0) {
         const std::vector<double> before(first + warm_up_steps, first + s.split);
         const std::vector<double> after(first + s.split + warm_up_steps, step_ms.end());
