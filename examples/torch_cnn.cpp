@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     float last_loss = 0;
     // What gpuguard recorded during the timed steps (observe and swap-in, without --split): the
     // events a mode's added time is spread over.
-    const int device = c10::cuda::current_device();
+    const int device = c10::cuda::current_device();  // NOLINT(bugprone-signed-char-misuse): a device index, not a character
     std::uint64_t allocations_at_warm_up = 0;
 
     for (int step = 0; step < s.steps; ++step) {
