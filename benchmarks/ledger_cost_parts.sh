@@ -8,7 +8,7 @@
 # `base` is what that cost adds on this machine's CPU. The variants are measurements only and
 # unsound for real use (no_lock is safe for these one-thread benchmarks only):
 #   base      the tree as it is
-#   no_clock  the allocation's clock read (a TSC read where it is invariant) left out
+#   no_clock  the allocation's clock read (the kernel's coarse clock) left out
 #   no_lock   the live table's shard lock never taken (its locked exchange left out)
 #   tls_ie    libgpuguard built with -ftls-model=initial-exec: its thread_local state found
 #             without a call to __tls_get_addr (safe only where the library is loaded at start)
@@ -69,7 +69,7 @@ prepare() {
   local resource="$dir/src/src/tracking/tracking_resource.cpp"
   local flags=""
   if [ "$v" = no_clock ] || [ "$v" = none ]; then
-    edit_once "$ledger" "const std::int64_t ticks = now_ticks();" "const std::int64_t ticks = 0;"
+    edit_once "$ledger" "const std::int64_t coarse_ns = detail::coarse_monotonic_ns();" "const std::int64_t coarse_ns = 0;"
   fi
   if [ "$v" = no_lock ] || [ "$v" = none ]; then
     edit_once "$ledger" "while (locked.exchange(true, std::memory_order_acquire)) {" "while (false) {"

@@ -591,7 +591,7 @@ def ops_tables(results):
 
 
 def clock_line(results, context):
-    """What one clock read costs here, and which clock the ledger reads: the TSC where it is
+    """What one clock read costs here, and which exact clock gpuguard reads: the TSC where it is
     invariant (the program's context says), steady_clock elsewhere."""
     tsc, steady = lookup(results, CLOCK_TSC), lookup(results, CLOCK_STEADY)
     invariant = context.get("invariant_tsc")
@@ -606,8 +606,9 @@ def clock_line(results, context):
     else:
         used = "steady_clock (no TSC on this CPU)"
     reads = ("TSC %s ns, " % ns(tsc.real_ns)) if not not_run_reason(tsc) else ""
-    return ["- a clock read: %ssteady_clock %s ns. The ledger reads %s once per allocation; an "
-            "operation scope reads it twice." % (reads, ns(steady.real_ns), used)]
+    return ["- a clock read: %ssteady_clock %s ns. The exact clock is %s: an operation scope reads "
+            "it twice, the ledger once per event while the JSONL log or the Chrome trace is on (the "
+            "live table keeps the kernel's coarse clock)." % (reads, ns(steady.real_ns), used)]
 
 
 def section_body(document, command):

@@ -414,12 +414,13 @@ def check_clock_line(tmp, doc, out):
         entry = dict(template, name=name + "_median", run_name=name, real_time=value, cpu_time=value)
         timed["benchmarks"].append(entry)
     timed["context"]["invariant_tsc"] = "1"
-    assert ("- a clock read: TSC 9.6 ns, steady_clock 23.5 ns. The ledger reads the TSC (invariant on this "
-            "CPU) once per allocation; an operation scope reads it twice.\n") in run(tmp, timed, out)
+    assert ("- a clock read: TSC 9.6 ns, steady_clock 23.5 ns. The exact clock is the TSC (invariant on this "
+            "CPU): an operation scope reads it twice, the ledger once per event while the JSONL log or the "
+            "Chrome trace is on (the live table keeps the kernel's coarse clock).\n") in run(tmp, timed, out)
     timed["context"]["invariant_tsc"] = "0"
-    assert "The ledger reads steady_clock (this CPU's TSC is not invariant)" in run(tmp, timed, out)
+    assert "The exact clock is steady_clock (this CPU's TSC is not invariant)" in run(tmp, timed, out)
     del timed["context"]["invariant_tsc"]  # a run that did not record it claims neither clock
-    assert "The ledger reads the TSC or steady_clock (the run did not record" in run(tmp, timed, out)
+    assert "The exact clock is the TSC or steady_clock (the run did not record" in run(tmp, timed, out)
 
 
 def main():

@@ -49,11 +49,14 @@ struct allocation_record {
   memory_kind kind = memory_kind::device;
   tag_id tag = untagged;
   std::uint32_t thread = 0;   ///< gpuguard's small id for the allocating thread (1, 2, ...)
-  std::int64_t time_ns = 0;   ///< nanoseconds since the ledger started (steady clock)
+  /// When it was allocated: nanoseconds since the ledger started, on the kernel's coarse
+  /// monotonic clock (CLOCK_MONOTONIC_COARSE, steady_clock's scale), so about one kernel tick (a
+  /// few milliseconds) early. The JSONL log and the Chrome trace time each event exactly.
+  std::int64_t time_ns = 0;
   site_id site = no_site;
   /// Unique per allocation and increasing within each thread. Threads take numbers in blocks
   /// (so that allocating needs no shared counter): across threads they follow the blocks, not the
-  /// exact order of allocation (time_ns gives that).
+  /// exact order of allocation (the JSONL log's event times give that).
   std::uint64_t sequence = 0;
 };
 

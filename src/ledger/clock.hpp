@@ -1,7 +1,8 @@
 // The ledger's clock: nanoseconds since the clock started (steady), read where it matters in under
-// ten nanoseconds. Operation scopes read it twice and the ledger once per allocation, and where the
-// kernel's clock source is a paravirtual one (kvm-clock on a VM) a steady_clock read costs 30-40
-// ns. On x86-64 with an invariant TSC the clock reads the TSC instead and scales it to nanoseconds:
+// ten nanoseconds. Operation scopes read it twice, and the ledger once per event while the
+// outputs' timeline is on (the live table keeps the coarse clock below), and where the kernel's
+// clock source is a paravirtual one (kvm-clock on a VM) a steady_clock read costs 30-40 ns. On
+// x86-64 with an invariant TSC the clock reads the TSC instead and scales it to nanoseconds:
 // the scale is first measured against steady_clock over half a millisecond, then refined by the
 // outputs' writer (detail::refine_clock) as the interval between the two clocks' readings grows,
 // so the error shrinks as the run goes on. Elsewhere it is steady_clock. Internal to libgpuguard.
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -46,6 +48,31 @@ __attribute__((always_inline)) inline std::int64_t now_ticks() noexcept {
   if (clock.usable) { return static_cast<std::int64_t>(__rdtsc()); }
 #endif
   return (std::chrono::steady_clock::now() - origin().steady).count();
+}
+
+/// The kernel's coarse monotonic clock, in nanoseconds on steady_clock's scale and from its epoch
+/// (CLOCK_MONOTONIC): the time of the kernel's last tick, so it runs behind by about one tick
+/// (clock_getres(CLOCK_MONOTONIC_COARSE), a few milliseconds; a tickless kernel may lag a little
+/// more). Read from the vDSO's data without touching the clock source, where a TSC read right
+/// after a driver call took about 28 ns on the H100 machine (benchmarks/ledger_cost_parts.sh,
+/// no_clock). The live table's allocation times.
+inline std::int64_t coarse_monotonic_ns() noexcept {
+#if defined(CLOCK_MONOTONIC_COARSE)
+  timespec now{};
+  if (::clock_gettime(CLOCK_MONOTONIC_COARSE, &now) == 0) {
+    return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  }
+#endif
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// A coarse_monotonic_ns() reading in nanoseconds since the origin (0 for one taken before it:
+/// the coarse clock lags the origin's precise reading by up to a tick).
+inline std::int64_t coarse_to_ns(std::int64_t coarse) noexcept {
+  const std::int64_t since = coarse - std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          origin().steady.time_since_epoch()).count();
+  return since < 0 ? 0 : since;
 }
 
 /// A raw reading in nanoseconds since the origin.

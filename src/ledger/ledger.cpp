@@ -153,8 +153,6 @@ struct event_counts {
 
 using detail::device_slot_of;
 using detail::device_slots;
-using detail::now_ticks;
-using detail::ticks_to_ns;
 
 }  // namespace
 
@@ -432,6 +430,8 @@ std::atomic<ledger_state*> made_state{nullptr};
 // ordinary static would be gone.
 __attribute__((noinline)) ledger_state& make_state() {
   static auto* s = [] {
+    // The ledger's clock starts with it: the live table's times are counted from its origin.
+    static_cast<void>(detail::origin());
     auto* made = new ledger_state();
     static_cast<void>(::pthread_atfork(lock_every_shard, unlock_every_shard, forget_parent_in_forked_child));
     made_state.store(made, std::memory_order_release);
@@ -938,7 +938,8 @@ struct new_allocation {
   const allocation_event& event;
   tag_id tag;
   std::uint32_t thread;
-  std::int64_t ticks;
+  std::int64_t coarse_ns;    // the live table's time: the coarse clock
+  std::int64_t event_ticks;  // the timeline's: the exact clock, read only while it is on; else -1
   site_id site;
   std::uint64_t sequence;
   std::uint64_t hash;
@@ -989,14 +990,15 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   record->kind = event.kind;
   record->tag = a.tag;
   record->thread = a.thread;
-  record->time_ns = a.ticks;  // raw: the snapshot converts
+  record->time_ns = a.coarse_ns;  // raw: the snapshot converts
   record->site = a.site;
   record->sequence = a.sequence;
   // Inside the shard's lock, like the table: a snapshot that holds every shard sees the counters
   // and the live table of one instant.
   const std::size_t live = add_planned(device, device_add, event.bytes);
   add_planned(tagged, tag_add, event.bytes);
-  detail::note_mem_event(true, *record, live, a.thread, a.ticks);  // under the lock: queued before its free
+  // Under the lock, so queued before its free (-1: the timeline came on since, read the time now).
+  detail::note_mem_event(true, *record, live, a.thread, a.event_ticks);
   count_allocation(counts, slot, a.tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
@@ -1022,9 +1024,14 @@ void record_allocation(const allocation_event& event) noexcept {
   ledger_state& st = state();
   detail::thread_state& mine = this_thread_once();
   const std::uint32_t thread = detail::thread_id(mine);
-  const std::int64_t ticks = now_ticks();
+  const std::int64_t coarse_ns = detail::coarse_monotonic_ns();
+  // The exact clock costs the most of anything here right after a driver call (28 ns on the H100
+  // machine): only the timeline's events need it.
+  const std::int64_t event_ticks =
+      detail::timeline_queue.load(std::memory_order_relaxed) != nullptr ? detail::now_ticks() : -1;
   const site_id site = maybe_capture_site(st, mine);
-  const new_allocation a{event, mine.tag, thread, ticks, site, next_sequence(mine), detail::pointer_hash(event.ptr)};
+  const new_allocation a{event, mine.tag, thread, coarse_ns, event_ticks, site, next_sequence(mine),
+                         detail::pointer_hash(event.ptr)};
   if (site != no_site) { count_site(site, event.bytes); }
   detail::thread_counts& counts = counts_of(mine);
   shard& s = shard_for(st, a.hash);
@@ -1179,7 +1186,7 @@ ledger_snapshot snapshot(bool with_live) {
     }
   }
   if (!live_complete) { return snapshot(true); }  // the live set grew between estimate and lock
-  for (allocation_record& record : live) { record.time_ns = ticks_to_ns(record.time_ns); }
+  for (allocation_record& record : live) { record.time_ns = detail::coarse_to_ns(record.time_ns); }
 
   for (int i = 0; i < device_slots; ++i) {
     if (device_used[i]) { snap.devices.emplace_back(i == 0 ? host_device_id : i - 1, devices[i]); }

@@ -10,9 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -196,6 +199,38 @@ TEST(ledger, live_table_grows_and_keeps_every_record) {
   EXPECT_EQ(c.current_bytes, 0U);
   EXPECT_EQ(c.live_count(), 0U);
   EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
+}
+
+// A live record's time is when it was allocated, on the kernel's coarse monotonic clock: two
+// records made 50 ms apart by steady_clock are 50 ms apart in the snapshot, give or take the
+// clock's lag: a tick (its resolution), and on a tickless kernel a little more (seen: 4.55 ms
+// with 4 ms ticks), so two ticks are allowed.
+TEST(ledger, live_records_keep_their_allocation_time_to_a_kernel_tick) {
+  constexpr int device = 57;
+  timespec resolution{};
+  ASSERT_EQ(::clock_getres(CLOCK_MONOTONIC_COARSE, &resolution), 0);
+  const std::int64_t tick_ns = static_cast<std::int64_t>(resolution.tv_sec) * 1000000000 + resolution.tv_nsec;
+  const auto* first = reinterpret_cast<const void*>(std::uintptr_t{0x7c0000000100});   // NOLINT(performance-no-int-to-ptr)
+  const auto* second = reinterpret_cast<const void*>(std::uintptr_t{0x7c0000000200});  // NOLINT(performance-no-int-to-ptr)
+  gpuguard::record_allocation({first, 64, device, nullptr, gpuguard::memory_kind::host});
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gpuguard::record_allocation({second, 64, device, nullptr, gpuguard::memory_kind::host});
+  const std::int64_t apart_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start).count();
+  std::int64_t first_ns = -1;
+  std::int64_t second_ns = -1;
+  for (const gpuguard::allocation_record& record : gpuguard::snapshot(true).live) {
+    if (record.ptr == first) { first_ns = record.time_ns; }
+    if (record.ptr == second) { second_ns = record.time_ns; }
+  }
+  for (const void* ptr : {first, second}) {
+    static_cast<void>(gpuguard::record_free(ptr, 64, gpuguard::host_device_id, nullptr));
+  }
+  ASSERT_GE(first_ns, 0);
+  ASSERT_GE(second_ns, 0);
+  EXPECT_GE(second_ns - first_ns, std::int64_t{50000000} - 2 * tick_ns);
+  EXPECT_LE(second_ns - first_ns, apart_ns + 2 * tick_ns);
 }
 
 class misuse : public testing::Test {
