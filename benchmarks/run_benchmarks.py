@@ -451,6 +451,13 @@ def threads_table(results, cores):
                      % (throughput(many_t) / throughput(many_u)))
         lines.append("| tracked 16 / 1 threads over untracked 16 / 1 threads | %.3f | >= %g | %s |"
                      % (relative, RELATIVE_SCALING_LIMIT, verdict(relative >= RELATIVE_SCALING_LIMIT)))
+    # Threads whose reused block shares a shard of the live table with another's: each such pair
+    # passes the shard's lines between cores on every event (ledger.cpp), so this says whether a
+    # run's 16-thread figure had any. Absent from runs made before the counter.
+    sharing = many_t.mean_counters.get("threads_sharing_a_shard") if not not_run_reason(many_t) else None
+    if sharing is not None:
+        lines.append("| threads of 16 whose block shares its live-table shard with another's, mean of the "
+                     "repetitions | %.1f | (comparison) | - |" % sharing)
     # Two threads, which a 2-core machine can run at once: the same figure, for comparison.
     two_t, two_u = lookup(results, HOST_TRACKED_2), lookup(results, HOST_UNTRACKED_2)
     if not not_run_reason(one_t, two_t, one_u, two_u):

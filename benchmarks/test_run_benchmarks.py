@@ -404,6 +404,18 @@ def check_alternating(tmp, doc, out):
     assert row(text, "`%s`" % ALTERNATING).endswith("| <= 1.1 | %s |" % NO_GPU), text
 
 
+def check_shard_sharing_line(tmp, doc, out):
+    """The 16-thread table's count of threads that share a live-table shard: absent from a run
+    without the counter, the mean of the repetitions where there is one."""
+    line = "| threads of 16 whose block shares its live-table shard with another's, mean of the repetitions |"
+    assert line not in run(tmp, doc, out)
+    counted = copy.deepcopy(doc)
+    name = "BM_host_pair/tracked/real_time/threads:16"
+    set_median(counted, name, "threads_sharing_a_shard", 2.0)
+    set_median(counted, name, "threads_sharing_a_shard", 0.6666, aggregate="mean")
+    assert row(run(tmp, counted, out), line[2:-2]) == line + " 0.7 | (comparison) | - |"
+
+
 def check_clock_line(tmp, doc, out):
     """The clock reads' line: absent from a run without them; with them, both reads and which
     clock the ledger uses, from the program's invariant_tsc context."""
@@ -438,6 +450,7 @@ def main():
         assert headings(text) == ["## Results"], text
         check_gpu_report(text, doc)
         check_clock_line(tmp, doc, out)
+        check_shard_sharing_line(tmp, doc, out)
         check_alternating(tmp, doc, out)
 
         # --append-section replaces its own section, keeps the others and their order.

@@ -5,6 +5,8 @@
 //   BM_host_pair/{untracked,tracked}/real_time/threads:{1,16}
 //       one allocate+deallocate of 256 bytes on host memory per iteration, stacks off. The host
 //       upstream is malloc (malloc_resource.hpp): it scales with threads, so the baseline does.
+//       With more than one thread, the counter threads_sharing_a_shard says how many threads
+//       reuse a block whose record shares its shard of the live table with another's.
 //   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
 //       the same pair with stacks=all, or stacks=sampled with stack_sample=64.
 //   BM_cuda_malloc_pair/{untracked,tracked}/real_time
@@ -57,6 +59,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -106,14 +110,46 @@ class stacks_scope {
   ~stacks_scope() { gpuguard::configure_ledger(with_stacks(gpuguard::stack_mode::off)); }
 };
 
+// Each thread's shard of the live table for the block it reuses (see shared_shard_threads).
+constexpr int max_bench_threads = 64;
+std::array<std::atomic<unsigned>, max_bench_threads> thread_shards{};
+
+// How many threads of this run reuse a block whose record shares its shard of the live table
+// with another thread's (the birthday problem: ledger.cpp). Each such thread passes the shard's
+// lines between cores on every event, so the count tells a run's 16-thread figure from a run
+// with more or fewer of them. Reported as a counter that sums over the threads: each adds 1 if
+// it shares. Every thread has published its shard before any passes the loop's start barrier.
+void publish_shard(benchmark::State& state, const void* block) {
+  if (state.threads() > 1 && state.thread_index() < max_bench_threads) {
+    thread_shards[static_cast<std::size_t>(state.thread_index())].store(gpuguard::detail::ledger_shard_of(block),
+                                                                        std::memory_order_relaxed);
+  }
+}
+void count_shared_shard(benchmark::State& state) {
+  if (state.threads() <= 1 || state.threads() > max_bench_threads) { return; }
+  const auto mine = static_cast<std::size_t>(state.thread_index());
+  bool shares = false;
+  for (std::size_t other = 0; other < static_cast<std::size_t>(state.threads()); ++other) {
+    shares = shares || (other != mine && thread_shards[other].load(std::memory_order_relaxed) ==
+                                             thread_shards[mine].load(std::memory_order_relaxed));
+  }
+  state.counters["threads_sharing_a_shard"] = shares ? 1 : 0;
+}
+
 void pairs(benchmark::State& state, gpuguard::memory_resource& resource, std::size_t bytes,
            gpuguard::stream_view stream = {}) {
+  if (state.threads() > 1) {  // the block the loop reuses (malloc's per-thread cache hands it back)
+    void* block = resource.allocate(bytes, stream);
+    publish_shard(state, block);
+    resource.deallocate(block, bytes, stream);
+  }
   for (auto _ : state) {
     void* ptr = resource.allocate(bytes, stream);
     benchmark::DoNotOptimize(ptr);
     resource.deallocate(ptr, bytes, stream);
     benchmark::ClobberMemory();
   }
+  count_shared_shard(state);
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
 }

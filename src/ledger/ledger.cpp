@@ -274,14 +274,18 @@ void count_site(site_id site, std::size_t bytes) noexcept {
 // A thread that keeps allocating and freeing the same block (a malloc's per-thread cache, a
 // framework's reused buffer) always lands in the same shard. Two such threads in one shard pass
 // its lines between their cores on every event: on the 2-core CPU machine a pair took 224 ns of
-// each thread's time instead of 40 (BM_shard_pair, docs/benchmarks.md). With 16 such threads,
-// 64 shards leave about 3.4 of them sharing a shard (the birthday problem: 16 x (1 - (63/64)^15));
-// 256 shards leave about 0.9. The table's starting size and the recent-free rings are divided
-// among the shards, so the memory stays as it was (and so does, on average, the number of frees
-// a double free is still recognised after).
+// each thread's time instead of 40 (BM_shard_pair, docs/benchmarks.md). Of 16 such threads,
+// 16 x (1 - (1 - 1/shards)^15) share a shard with another (the birthday problem): about 3.4 with
+// 64 shards, 0.9 with 256, 0.23 with 1024. Which threads share is down to the addresses malloc
+// hands out, so it changes from process to process: on an H100 machine with 256 shards, a run of
+// the 16-thread host pair in which 4 threads shared took 11.3 to 14.4 ns a pair, and its tracked
+// scaling over untracked was 0.28; the next, in which none did, 3.4 to 3.6 ns and 0.94
+// (docs/benchmarks.md, "The coarse clock and 1024 shards"). The table's starting size and the
+// recent-free rings are divided among the shards, so the memory stays as it was (and so does, on
+// average, the number of frees a double free is still recognised after).
 constexpr unsigned shard_count = 1U << detail::ledger_shard_bits;
-constexpr std::size_t initial_capacity = 64;  // per shard, a power of two
-constexpr std::size_t recent_free_count = 16;
+constexpr std::size_t initial_capacity = 16;  // per shard, a power of two
+constexpr std::size_t recent_free_count = 4;
 
 struct recent_free {
   const void* ptr = nullptr;

@@ -7,8 +7,8 @@
 
 namespace gpuguard::detail {
 
-/// log2 of the live table's shards (ledger.cpp says why 256).
-constexpr unsigned ledger_shard_bits = 8;
+/// log2 of the live table's shards (ledger.cpp says why 1024).
+constexpr unsigned ledger_shard_bits = 10;
 
 /// The live table's hash of a pointer: its top bits pick the shard, the bits below them the slot.
 inline std::uint64_t pointer_hash(const void* ptr) noexcept {

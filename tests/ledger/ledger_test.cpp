@@ -172,8 +172,8 @@ TEST(ledger, aligned_addresses_are_found_and_freed_in_any_order) {
   EXPECT_EQ(gpuguard::misuse().total(), misuse_before);
 }
 
-// Each shard's table starts at 64 slots and doubles when half full: 40000 records put about 156
-// in each of the 256 shards, so every table grows more than once, and records inserted after a
+// Each shard's table starts at 16 slots and doubles when half full: 40000 records put about 39
+// in each of the 1024 shards, so every table grows more than once, and records inserted after a
 // growth are placed by the grown table's geometry, not the old one's.
 TEST(ledger, live_table_grows_and_keeps_every_record) {
   constexpr int device = 58;
