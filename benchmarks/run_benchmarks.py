@@ -20,9 +20,11 @@ not run. With --json-in the Markdown is built from that JSON instead. The tables
 appear when it ran (or when the JSON holds any of its results); a benchmark of it missing from the
 run shows as "not run".
 
-Without --append-section the output file is replaced by one report ("## Results"). With --append-section NAME
-the report becomes the section "## NAME" of the file: a section of that name is replaced, every
-other section is kept, so the CPU machine and the GPU machine can share one docs file.
+Without --append-section the output file is replaced by one report ("## Results"); a file that
+has sections of its own (docs/benchmarks.md, the default) is refused instead, before anything
+runs. With --append-section NAME the report becomes the section "## NAME" of the file: a section
+of that name is replaced, every other section is kept, so the CPU machine and the GPU machine can
+share one docs file.
 
 Every number written comes from the JSON; nothing is typed in by hand. The machine description
 is recorded into the JSON's context when this script runs the benchmark (--json-out keeps it), so
@@ -739,6 +741,17 @@ def run_benches(args):
     return document
 
 
+def own_sections(path):
+    """The '## ' headings of the Markdown file at `path` other than the one this script writes
+    when it writes a whole file (none if there is no such file)."""
+    try:
+        with open(path) as f:
+            headings = [line[3:].strip() for line in f if line.startswith("## ")]
+    except FileNotFoundError:
+        return []
+    return [h for h in headings if h != "Results"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", action="append", metavar="BINARY",
@@ -755,6 +768,14 @@ def main():
     parser.add_argument("--min-time", help="passed as --benchmark_min_time")
     parser.add_argument("--filter", help="passed as --benchmark_filter")
     args = parser.parse_args()
+    # Without --append-section the whole of --out is replaced by this one report: refuse, before
+    # any run, where that would lose sections the file has of its own (docs/benchmarks.md).
+    others = [] if args.append_section else own_sections(args.out)
+    if others:
+        parser.error("%s has sections of its own (%s), which writing this report as the whole file would "
+                     "lose: name its section with --append-section NAME, or write elsewhere with --out FILE; "
+                     "nothing was run or written" % (args.out, ", ".join("'## %s'" % h for h in others[:3])
+                                                     + (", ..." if len(others) > 3 else "")))
 
     if args.json_in:
         with open(args.json_in) as f:

@@ -465,6 +465,17 @@ def main():
         assert "cpu numbers" in text and "keep me" in text, text
         check_gpu_report(text.split("## GPU machine\n")[1].split("## Notes")[0], doc)
 
+        # Without --append-section, a file with sections of its own is refused by name before
+        # anything runs, and left as it was; a file of one report (## Results) is replaced.
+        before = text
+        path = os.path.join(tmp, "in.json")
+        done = subprocess.run([sys.executable, SCRIPT, "--json-in", path, "--out", out], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert ("%s has sections of its own ('## CPU machine', '## GPU machine', '## Notes')" % out) in done.stderr, done.stderr
+        assert "nothing was run or written" in done.stderr, done.stderr
+        with open(out) as f:
+            assert f.read() == before
+
         # A no-GPU run as a new section: CUDA rows are "not run", host rows are measured.
         cpu = without_gpu(doc)
         text = run(tmp, cpu, out, "--append-section", "CPU machine")
@@ -491,6 +502,8 @@ def main():
         fresh = os.path.join(tmp, "new", "fresh.md")
         text = run(tmp, doc, fresh, "--append-section", "GPU machine")
         assert text.startswith("# Benchmarks\n") and headings(text) == ["## GPU machine"], text
+
+        os.remove(out)  # the sectioned file above: from here on each run writes a whole report
 
         # Verdicts follow the numbers: the other side of each limit gives PASS.
         better = copy.deepcopy(doc)
@@ -531,6 +544,7 @@ def main():
         cpu_run["context"]["host_name"] = "secret-host-name"
         text = run(tmp, cpu_run, out, "--append-section", "CPU machine")
         check_cpu_report(text.split("## CPU machine\n")[1].split("\n## ")[0], cpu_run)
+        os.remove(out)  # whole reports again below
         check_ops_verdicts(tmp, cpu_run, out)
         check_failed_repetition(tmp, cpu_run, out)
         check_programs(tmp, cpu_run, doc)
