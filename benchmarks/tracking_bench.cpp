@@ -110,7 +110,7 @@ class stacks_scope {
   ~stacks_scope() { gpuguard::configure_ledger(with_stacks(gpuguard::stack_mode::off)); }
 };
 
-// Each thread's shard of the live table for the block it reuses (see shared_shard_threads).
+// Each thread's shard of the live table for the block it reuses (see count_shared_shard).
 constexpr int max_bench_threads = 64;
 std::array<std::atomic<unsigned>, max_bench_threads> thread_shards{};
 
