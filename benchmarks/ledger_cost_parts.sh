@@ -124,7 +124,11 @@ for v in variants:
     for r in range(rounds):
         with open(f"{results}/{v}-{r}.json") as f:
             runs.append(json.load(f))
-    added["host pair"][v] = [host_pair(run)[0] for run in runs]
+    host = [host_pair(run) for run in runs]
+    if None in host:
+        sys.exit(f"ledger_cost_parts: {results}/{v}-{host.index(None)}.json has no one-thread BM_host_pair figures "
+                 "(did that run fail? its benchmark's output is in the file)")
+    added["host pair"][v] = [x[0] for x in host]
     in_loop = [async_pair(run) for run in runs]
     if all(x is not None for x in in_loop):
         added["stream-ordered pair"][v] = [x[0] for x in in_loop]

@@ -97,7 +97,8 @@ def main():
         # (2.04 - 2.0) ms over 50 allocations and 50 frees.
         assert run["allocations_per_step"] == {"observe": 50.0, "swap_in": 48.0}, run
         line = ("Observe recorded 50.0 allocations per step (and as many frees): its added 40.0 us per step is "
-                "400 ns per allocation or free, PyTorch's trace entry for gpuguard and the ledger's record together.")
+                "400 ns per allocation or free: all that observe adds to a step (PyTorch's three trace entries per "
+                "tensor, the ledger's records, gpuguard's writer thread), spread over the events.")
         assert line in again.stdout, again.stdout
         # Without --inside: no split runs, no halves, no inside row.
         done = subprocess.run([sys.executable, script, fake, "--rounds", "1", "--steps", "110", "--json-out", out],

@@ -134,7 +134,8 @@ def table_lines(document, binary_name):
         events = 2 * per_step["observe"]  # every tensor of a step is freed in it (--no-leak)
         lines += ["", f"Observe recorded {per_step['observe']:.1f} allocations per step (and as many frees): "
                   f"its added {added_us:.1f} us per step is {added_us * 1000 / events:.0f} ns per allocation "
-                  "or free, PyTorch's trace entry for gpuguard and the ledger's record together."]
+                  "or free: all that observe adds to a step (PyTorch's three trace entries per tensor, the ledger's "
+                  "records, gpuguard's writer thread), spread over the events."]
     if "observe_split" in document:
         lines += ["", f"Observe inside processes: each round also ran `--split {document['split_step']}` in "
                   "native mode and in observe mode, observe attaching at that step; a round's figure is "
