@@ -32,6 +32,16 @@ context_device_fn driver_context_device() noexcept {
 /// on the H200 machine against the stream-ordered pair's 676 ns. Where no context is current
 /// yet, the runtime answers.
 int current_device_or_host() noexcept {
+  // With one device in the process, the current device is that one, and nothing need be asked.
+  static const bool single = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    return count == 1;
+  }();
+  if (single) { return 0; }
   if (const context_device_fn fn = driver_context_device(); fn != nullptr) {
     CUdevice device = 0;
     if (fn(&device) == CUDA_SUCCESS) { return device; }
