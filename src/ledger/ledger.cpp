@@ -225,16 +225,18 @@ tag_table& tags() {
   return *table;
 }
 
-thread_local detail::thread_state this_thread;
+// The calling thread's state. In a shared library a global-dynamic thread_local's address comes
+// from a call (__tls_get_addr), about 12 ns of the stream-ordered pair's added time between driver
+// calls on the H100 machine (benchmarks/ledger_cost_parts.sh, tls_ie); an initial-exec one is an
+// offset from the thread pointer. The price: a library with initial-exec TLS has its whole TLS
+// block (libgpuguard's is 144 bytes) in the static TLS area, which a library loaded with dlopen
+// (a PyTorch extension) gets from the few hundred bytes glibc keeps spare for that
+// (glibc.rtld.optional_static_tls, 512 by default); were they used up, the dlopen would fail
+// with "cannot allocate memory in static TLS block".
+__attribute__((tls_model("initial-exec"))) thread_local detail::thread_state this_thread;
 
-// The calling thread's state, looked up once. In a shared library a thread_local's address comes
-// from a call (__tls_get_addr), and GCC makes that call again at each later use rather than keep
-// the address in a register: the empty asm hides where the pointer came from, so it is kept.
-__attribute__((always_inline)) inline detail::thread_state& this_thread_once() noexcept {
-  detail::thread_state* mine = &this_thread;
-  asm("" : "+r"(mine));  // NOLINT(hicpp-no-assembler)
-  return *mine;
-}
+// The calling thread's state, looked up once per record.
+__attribute__((always_inline)) inline detail::thread_state& this_thread_once() noexcept { return this_thread; }
 
 // ---- per-site totals ----------------------------------------------------------------------------
 
