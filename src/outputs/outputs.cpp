@@ -12,6 +12,7 @@
 #include "outputs/event_queue.hpp"
 #include "exit/exit_paths.hpp"
 #include "util/format.hpp"
+#include "util/nvml.hpp"
 #include "exit/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs/outputs_internal.hpp"
@@ -21,6 +22,7 @@
 #include "outputs/timeline.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -63,6 +65,7 @@ constexpr std::size_t timeline_capacity = 65536;
 struct device_track {
   bool announced = false;
   bool queryable = false;
+  util::nvml_abi::device_handle nvml = nullptr;  // NVML's handle of the device, where NVML answers for it
   std::size_t total_bytes = 0;  // from the device, or host_capacity for host memory
   bool have_last = false;
   detail::mem_sample last;
@@ -304,6 +307,17 @@ void announce(output_state& st, int device, device_track& track, std::int64_t no
       info.name = prop.name;
       track.total_bytes = total;
       track.queryable = true;
+      // Later samples ask NVML, which gives the same bytes without entering the process's CUDA
+      // context (a cudaMemGetInfo goes through it, and took milliseconds on the writer thread on
+      // the H200 machine). Not where the device is a MIG instance (NVML's figures would be the
+      // whole GPU's).
+      std::array<char, 32> bus{};
+      if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device) == cudaSuccess) {
+        const util::nvml_abi::device_handle handle = util::nvml_device(bus.data());
+        if (handle != nullptr && !util::nvml_mig_enabled(handle)) { track.nvml = handle; }
+      } else {
+        static_cast<void>(cudaGetLastError());
+      }
     } else {
       static_cast<void>(cudaGetLastError());
     }
@@ -332,7 +346,13 @@ void sample(output_state& st, bool last) {
     if (track.queryable && !last) {
       std::size_t free_bytes = 0;
       std::size_t total = 0;
-      if (cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+      std::uint64_t nvml_used = 0;
+      std::uint64_t nvml_total = 0;
+      if (track.nvml != nullptr && util::nvml_memory(track.nvml, nvml_used, nvml_total)) {
+        s.queried = true;
+        s.used_bytes = nvml_used;
+        s.total_bytes = nvml_total;
+      } else if (cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
         s.queried = true;
         s.used_bytes = total - free_bytes;
         s.total_bytes = total;

@@ -93,11 +93,11 @@ class prometheus_sink final : public sink {
     bool any_queried = false;
     for (const mem_sample& s : totals.last_samples) { any_queried = any_queried || s.queried; }
     if (any_queried) {
-      header("gpuguard_device_used_bytes", "gauge", "Device memory in use by every process (cudaMemGetInfo) at the last sample.");
+      header("gpuguard_device_used_bytes", "gauge", "Device memory in use by every process (cudaMemGetInfo's figure) at the last sample.");
       for (const mem_sample& s : totals.last_samples) {
         if (s.queried) { sample("gpuguard_device_used_bytes", "device", std::to_string(s.device), static_cast<std::uint64_t>(s.used_bytes)); }
       }
-      header("gpuguard_device_total_bytes", "gauge", "Device memory in all (cudaMemGetInfo).");
+      header("gpuguard_device_total_bytes", "gauge", "Device memory in all (cudaMemGetInfo's figure).");
       for (const mem_sample& s : totals.last_samples) {
         if (s.queried) { sample("gpuguard_device_total_bytes", "device", std::to_string(s.device), static_cast<std::uint64_t>(s.total_bytes)); }
       }

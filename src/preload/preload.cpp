@@ -13,6 +13,7 @@
 #include "preload.hpp"
 
 #include "util/format.hpp"
+#include "util/nvml.hpp"
 #include "util/program_path.hpp"
 
 #include <gpuguard/ledger.hpp>
@@ -233,55 +234,11 @@ namespace {
 
 // ---- NVML's per-process figure, for what no call explains --------------------------------------
 
-struct nvml_api {
-  using init_fn = int (*)();
-  using by_bus_fn = int (*)(const char*, void**);
-  struct process_info {  // nvmlProcessInfo_t (v2 layout), for the _v3 and _v2 calls
-    unsigned int pid;
-    unsigned long long used;
-    unsigned int gpu_instance;
-    unsigned int compute_instance;
-  };
-  using processes_fn = int (*)(void*, unsigned int*, process_info*);
-  by_bus_fn by_bus = nullptr;
-  processes_fn processes = nullptr;
-  bool ready = false;
-};
-
-const nvml_api& nvml() {
-  static const nvml_api api = [] {
-    nvml_api a;
-    void* library = ::dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (library == nullptr) { return a; }
-    const auto init = reinterpret_cast<nvml_api::init_fn>(::dlsym(library, "nvmlInit_v2"));
-    a.by_bus = reinterpret_cast<nvml_api::by_bus_fn>(::dlsym(library, "nvmlDeviceGetHandleByPciBusId_v2"));
-    a.processes = reinterpret_cast<nvml_api::processes_fn>(::dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v3"));
-    if (a.processes == nullptr) {
-      a.processes = reinterpret_cast<nvml_api::processes_fn>(::dlsym(library, "nvmlDeviceGetComputeRunningProcesses_v2"));
-    }
-    a.ready = init != nullptr && a.by_bus != nullptr && a.processes != nullptr && init() == 0;
-    return a;
-  }();
-  return api;
-}
-
 // What NVML says this process uses on CUDA device `device`; -1 when it cannot say.
 long long nvml_used_here(int device) noexcept {
-  const nvml_api& api = nvml();
   std::array<char, 32> bus{};
-  void* handle = nullptr;
-  if (!api.ready || !device_bus_id(device, bus.data(), static_cast<int>(bus.size())) ||
-      api.by_bus(bus.data(), &handle) != 0) {
-    return -1;
-  }
-  std::array<nvml_api::process_info, 256> infos{};
-  unsigned int count = infos.size();
-  if (api.processes(handle, &count, infos.data()) != 0) { return -1; }
-  const auto self = static_cast<unsigned int>(::getpid());
-  for (unsigned int i = 0; i < count && i < infos.size(); ++i) {
-    if (infos[i].pid == self) { return static_cast<long long>(infos[i].used); }
-  }
-  return 0;
+  if (!device_bus_id(device, bus.data(), static_cast<int>(bus.size()))) { return -1; }
+  return util::nvml_process_used(util::nvml_device(bus.data()), static_cast<int>(::getpid()));
 }
 
 // ---- the per-process summary --------------------------------------------------------------------

@@ -9,7 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -129,5 +132,49 @@ INSTANTIATE_TEST_SUITE_P(upstreams, op_scope_gpu, testing::Values(false, true),
                          [](const testing::TestParamInfo<bool>& info) {
                            return info.param ? "cuda_async" : "cuda";
                          });
+
+// The writer's memory sample of a device (the device-full alert, the `mem` lines) says what
+// cudaMemGetInfo says: it asks NVML where NVML answers for the device (without entering the
+// process's CUDA context), else cudaMemGetInfo. A threshold below what the context alone takes
+// makes the first sample raise the alert, which carries the sample's figures.
+class device_sample_gpu : public gpu_test {};
+
+TEST_F(device_sample_gpu, the_device_full_alert_carries_the_drivers_figures) {
+  const int device = gpuguard::current_device();
+  gpuguard::cuda_memory_resource plain;
+  gpuguard::tracking_resource tracked(plain, device);  // the sampler samples devices the ledger has seen
+  std::mutex mutex;
+  std::condition_variable raised;
+  std::optional<gpuguard::alert> first;
+  gpuguard::set_alert_callback([&](const gpuguard::alert& a) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (a.kind == gpuguard::alert_kind::device_full && a.device == device && !first) {
+      first = a;
+      raised.notify_all();
+    }
+  });
+  void* held = tracked.allocate(512 * mib);
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  gpuguard::options opts;
+  opts.text_log = "off";
+  opts.sample_ms = 10;
+  opts.alert_fraction = 1.0 / 1024;  // 0.1 percent: the context alone takes more
+  gpuguard::start_outputs(opts);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    raised.wait_for(lock, std::chrono::seconds(10), [&] { return first.has_value(); });
+  }
+  gpuguard::stop_outputs("test");
+  gpuguard::set_alert_callback(nullptr);
+  tracked.deallocate(held, 512 * mib);
+  ASSERT_TRUE(first.has_value()) << "no device-full alert within 10 s at sample_ms=10";
+  const std::size_t used = total_bytes - free_bytes;
+  EXPECT_EQ(first->total_bytes, total_bytes);
+  EXPECT_GE(first->used_bytes, 512 * mib);
+  const std::size_t apart = first->used_bytes > used ? first->used_bytes - used : used - first->used_bytes;
+  EXPECT_LE(apart, static_cast<std::size_t>(slack)) << "sampled " << first->used_bytes << ", cudaMemGetInfo " << used;
+}
 
 }  // namespace

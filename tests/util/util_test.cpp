@@ -1,11 +1,13 @@
 // The shared util's file helpers: the owned descriptor and the whole-file write.
 #include "util/file.hpp"
+#include "util/nvml.hpp"
 #include "util/unique_fd.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +141,21 @@ TEST(write_all, writes_every_byte_through_a_pipe_and_reports_a_closed_reader) {
   EXPECT_FALSE(gpuguard::detail::write_all(write_end.get(), "z", 1));
   EXPECT_EQ(errno, EPIPE);
   ::sigaction(SIGPIPE, &before, nullptr);
+}
+
+// NVML is loaded on first use, and a machine without it (or a GPU it does not know) only loses its
+// answers: no handle, no figures, and "cannot say" where a caller must not assume. With NVML, a bus
+// id that names no GPU gets no handle either.
+TEST(nvml, a_missing_library_or_unknown_gpu_gets_no_handle_and_no_figures) {
+  EXPECT_EQ(gpuguard::util::nvml_device(nullptr), nullptr);
+  EXPECT_EQ(gpuguard::util::nvml_device("not a bus id"), nullptr);
+  std::uint64_t used = 7;
+  std::uint64_t total = 9;
+  EXPECT_FALSE(gpuguard::util::nvml_memory(nullptr, used, total));
+  EXPECT_EQ(used, 7U);  // left as they were
+  EXPECT_EQ(total, 9U);
+  EXPECT_TRUE(gpuguard::util::nvml_mig_enabled(nullptr));  // cannot say: the caller keeps cudaMemGetInfo
+  EXPECT_EQ(gpuguard::util::nvml_process_used(nullptr, static_cast<int>(::getpid())), -1);
 }
 
 }  // namespace

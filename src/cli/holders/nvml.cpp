@@ -2,6 +2,8 @@
 // below are part of NVML's stable C ABI, versioned by the _v2/_v3 suffixes of the entry points.
 #include "holders/nvml.hpp"
 
+#include "util/nvml_abi.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -13,34 +15,17 @@ namespace gpuguard::cli {
 
 namespace {
 
-// From the NVML API reference (nvml.h is not needed to build gpuguard). Only what is used.
-using nvml_return = int;  // nvmlReturn_t
-constexpr nvml_return nvml_success = 0;
-constexpr nvml_return nvml_error_insufficient_size = 7;
-using nvml_device_handle = struct nvml_device_st*;  // nvmlDevice_t
-constexpr unsigned long long nvml_value_not_available = ~0ULL;
-
-struct nvml_memory_v1 {  // nvmlMemory_t
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-struct nvml_memory_v2 {  // nvmlMemory_v2_t: `used` excludes `reserved`
-  unsigned int version;
-  unsigned long long total;
-  unsigned long long reserved;
-  unsigned long long free;
-  unsigned long long used;
-};
-// NVML_STRUCT_VERSION(Memory, 2)
-constexpr unsigned nvml_memory_v2_version = static_cast<unsigned>(sizeof(nvml_memory_v2)) | (2U << 24U);
-
-struct nvml_process_info {  // nvmlProcessInfo_t (== nvmlProcessInfo_v2_t), for the _v2 and _v3 calls
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId;
-  unsigned int computeInstanceId;
-};
+// NVML's structures and codes (util/nvml_abi.hpp). Only what is used.
+namespace abi = util::nvml_abi;
+using nvml_return = abi::return_code;
+constexpr nvml_return nvml_success = abi::success;
+constexpr nvml_return nvml_error_insufficient_size = abi::error_insufficient_size;
+using nvml_device_handle = abi::device_handle;
+constexpr unsigned long long nvml_value_not_available = abi::value_not_available;
+using nvml_memory_v1 = abi::memory_v1;
+using nvml_memory_v2 = abi::memory_v2;
+constexpr unsigned nvml_memory_v2_version = abi::memory_v2_version;
+using nvml_process_info = abi::process_info;
 
 using init_fn = nvml_return (*)();
 using shutdown_fn = nvml_return (*)();
@@ -242,7 +227,7 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
       }
       for (const nvml_process_info& info : infos) {
         std::optional<std::uint64_t> bytes;
-        if (info.usedGpuMemory != nvml_value_not_available) { bytes = info.usedGpuMemory; }
+        if (info.used_gpu_memory != nvml_value_not_available) { bytes = info.used_gpu_memory; }
         // A process in more than one list (compute and graphics) is one entry: keep the larger.
         const auto seen = std::find_if(d.processes.begin(), d.processes.end(),
                                        [&info](const nvml_process& p) { return p.pid == info.pid; });
