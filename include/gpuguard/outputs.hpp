@@ -34,7 +34,7 @@ struct alert {
   int device = host_device_id;
   double fraction = 0;         ///< used / total
   double threshold = 0;        ///< alert_fraction
-  std::size_t used_bytes = 0;  ///< device-wide (cudaMemGetInfo's figure, from NVML where it answers) or, for host memory, the ledger's
+  std::size_t used_bytes = 0;  ///< device-wide (cudaMemGetInfo's figure) or, for host memory, the ledger's
   std::size_t total_bytes = 0;
   // op_growth:
   std::string op;              ///< the operation's name

@@ -1,4 +1,4 @@
-// The shared util's file helpers: the owned descriptor and the whole-file write.
+// The shared util's file helpers (the owned descriptor and the whole-file write) and its NVML loader.
 #include "util/file.hpp"
 #include "util/nvml.hpp"
 #include "util/unique_fd.hpp"
