@@ -24,11 +24,14 @@ def main():
     assert async_pair["verdict"] == "within noise", async_pair
     assert [round(r, 3) for r in async_pair["round_ratios"]] == [1.04, 0.991, 1.019], async_pair
     assert figures["median step ms"]["verdict"] == "MISS", figures
+    # The fastest rounds: 1040 / 1000 and 2.1 / 2.0.
+    assert abs(async_pair["fastest_ratio"] - 1.04) < 1e-12, async_pair
+    assert abs(figures["median step ms"]["fastest_ratio"] - 1.05) < 1e-12, figures
     args = argparse.Namespace(rounds=3)
     result = {"date": "2026-12-05", "machine": {"cpu": "x"}, "rounds": 3, "figures": figures}
     table = t.table_text(result, args)
-    assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 0.991 to 1.040 | 1.02 | within noise |\n" in table, table
-    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.01 | MISS |\n" in table, table
+    assert "| cuMemAllocAsync pair ns | 1050.0 | 1070.0 | 1.019 | 0.991 to 1.040 | 1.040 | 1.02 | within noise |\n" in table, table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.050 | 1.01 | MISS |\n" in table, table
     assert "--parts" not in table and "LD_PRELOAD" not in table, table
     assert "interleaved rounds, 2026-12-05, x, ? cores, no GPU\n" in table, table
 
@@ -41,9 +44,10 @@ def main():
     assert step["run"] == 2.1 and step["run_ratio"] == 1.0, step
     table = t.table_text(dict(result, figures=figures), args)
     assert "--rounds 3 --parts`" in table, table
-    assert ("| figure | plain | --track | ratio | rounds' ratios | target | verdict | LD_PRELOAD only | ratio "
+    assert ("| figure | plain | --track | ratio | rounds' ratios | fastest rounds' ratio | target | verdict "
+            "| LD_PRELOAD only | ratio "
             "| run, no --track | ratio |\n") in table, table
-    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
+    assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.050 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
 
     # The verdict on rounds: PASS only if every round is within the target.
     assert t.rounds_verdict([100.0, 100.0], [101.0, 102.0], 1.02)[0] == "PASS"
