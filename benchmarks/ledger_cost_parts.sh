@@ -10,14 +10,16 @@
 #   base      the tree as it is
 #   no_clock  the allocation's clock read (the kernel's coarse clock) left out
 #   no_lock   the live table's shard lock never taken (its locked exchange left out)
-#   tls_ie    libgpuguard built with -ftls-model=initial-exec: its thread_local state found
-#             without a call to __tls_get_addr (safe only where the library is loaded at start)
+#   tls_ie    libgpuguard built with -ftls-model=initial-exec: every thread_local found without a
+#             call to __tls_get_addr (the ledger's thread state is initial-exec in every build
+#             since 5fb6da0; this variant adds the stacks' caches)
 #   tls_desc  libgpuguard built with -mtls-dialect=gnu2 (x86-64): TLS descriptors, which find a
 #             loaded-at-start library's thread_locals without that call and stay safe for dlopen
 #   none      no_clock, no_lock and tls_ie together: what remains
 #   no_ctx    the tracking resource's free of device memory without its question for the current
 #             device (cuCtxGetDevice): it passes the resource's own device, which in the benchmark
-#             is the current one
+#             is the current one (on a one-GPU machine the same as base since 807a2a2, which
+#             asks nothing there)
 #   no_ledger the tracking resource without the ledger: no record and no free recorded (the
 #             question for the current device stays), so what the whole ledger adds
 #

@@ -230,9 +230,9 @@ tag_table& tags() {
 // calls on the H100 machine (benchmarks/ledger_cost_parts.sh, tls_ie); an initial-exec one is an
 // offset from the thread pointer. The price: a library with initial-exec TLS has its whole TLS
 // block (libgpuguard's is 144 bytes) in the static TLS area, which a library loaded with dlopen
-// (a PyTorch extension) gets from the few hundred bytes glibc keeps spare for that
-// (glibc.rtld.optional_static_tls, 512 by default); were they used up, the dlopen would fail
-// with "cannot allocate memory in static TLS block".
+// (a PyTorch extension) gets from the surplus glibc keeps for such libraries (about 1.5 KiB by
+// default, shared by all of them); were it used up, the dlopen would fail with "cannot allocate
+// memory in static TLS block", and GLIBC_TUNABLES=glibc.rtld.optional_static_tls=N enlarges it.
 __attribute__((tls_model("initial-exec"))) thread_local detail::thread_state this_thread;
 
 // The calling thread's state, looked up once per record.

@@ -293,7 +293,30 @@ bool cuda_device_usable(output_state& st, int device) {
   return device < st.cuda_devices;
 }
 
-void announce(output_state& st, int device, device_track& track, std::int64_t now) {
+// NVML's handle of `device`, where NVML answers for it with cudaMemGetInfo's figures (`free_bytes`
+// and `total` just read): the same total to the byte, and free within 64 MiB (what the driver may
+// have handed out between the two reads). Else null, and the samples keep asking cudaMemGetInfo:
+// on a MIG instance, or where a limit set inside the process (MPS, a vGPU, an interposer such as
+// HAMi-core) makes the runtime report less than the GPU has, NVML's figures are the whole GPU's.
+util::nvml_abi::device_handle nvml_agreeing(int device, std::size_t free_bytes, std::size_t total) {
+  std::array<char, 32> bus{};
+  if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return nullptr;
+  }
+  const util::nvml_abi::device_handle handle = util::nvml_device(bus.data());
+  std::uint64_t used = 0;
+  std::uint64_t nvml_total = 0;
+  if (handle == nullptr || util::nvml_mig_enabled(handle) || !util::nvml_memory(handle, used, nvml_total) ||
+      nvml_total != total) {
+    return nullptr;
+  }
+  const std::uint64_t nvml_free = nvml_total - used;
+  const std::uint64_t apart = nvml_free > free_bytes ? nvml_free - free_bytes : free_bytes - nvml_free;
+  return apart <= (std::uint64_t{64} << 20U) ? handle : nullptr;
+}
+
+void announce(output_state& st, int device, device_track& track, std::int64_t now, bool last) {
   detail::device_info info;
   info.device = device;
   if (device == host_device_id) {
@@ -307,17 +330,10 @@ void announce(output_state& st, int device, device_track& track, std::int64_t no
       info.name = prop.name;
       track.total_bytes = total;
       track.queryable = true;
-      // Later samples ask NVML, which gives the same bytes without entering the process's CUDA
-      // context (a cudaMemGetInfo goes through it, and took milliseconds on the writer thread on
-      // the H200 machine). Not where the device is a MIG instance (NVML's figures would be the
-      // whole GPU's).
-      std::array<char, 32> bus{};
-      if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device) == cudaSuccess) {
-        const util::nvml_abi::device_handle handle = util::nvml_device(bus.data());
-        if (handle != nullptr && !util::nvml_mig_enabled(handle)) { track.nvml = handle; }
-      } else {
-        static_cast<void>(cudaGetLastError());
-      }
+      // Later samples ask NVML where it gives the same bytes: it answers without entering the
+      // process's CUDA context, which a cudaMemGetInfo goes through (and took milliseconds on
+      // the writer thread on the H200 machine). Not at the last sample: nothing is sampled after it.
+      if (!last) { track.nvml = nvml_agreeing(device, free_bytes, total); }
     } else {
       static_cast<void>(cudaGetLastError());
     }
@@ -334,7 +350,7 @@ void sample(output_state& st, bool last) {
   const std::int64_t now = detail::now_ns();
   for (const int device : detail::active_devices()) {
     device_track& track = st.tracks[device];
-    if (!track.announced) { announce(st, device, track, now); }
+    if (!track.announced) { announce(st, device, track, now, last); }
     const counters c = device_counters(device);
     detail::mem_sample s;
     s.time_ns = now;

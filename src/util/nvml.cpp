@@ -3,6 +3,7 @@
 #include "util/nvml_abi.hpp"
 
 #include <array>
+#include <cstdlib>
 
 #include <dlfcn.h>
 
@@ -13,15 +14,13 @@ namespace {
 namespace abi = nvml_abi;
 
 struct api {
-  using init_fn = int (*)();
-  using by_bus_fn = int (*)(const char*, abi::device_handle*);
-  using memory_v2_fn = int (*)(abi::device_handle, abi::memory_v2*);
-  using memory_v1_fn = int (*)(abi::device_handle, abi::memory_v1*);
-  using mig_fn = int (*)(abi::device_handle, unsigned int*, unsigned int*);
-  using processes_fn = int (*)(abi::device_handle, unsigned int*, abi::process_info*);
+  using init_fn = abi::return_code (*)();
+  using by_bus_fn = abi::return_code (*)(const char*, abi::device_handle*);
+  using memory_v2_fn = abi::return_code (*)(abi::device_handle, abi::memory_v2*);
+  using mig_fn = abi::return_code (*)(abi::device_handle, unsigned int*, unsigned int*);
+  using processes_fn = abi::return_code (*)(abi::device_handle, unsigned int*, abi::process_info*);
   by_bus_fn by_bus = nullptr;
   memory_v2_fn memory2 = nullptr;
-  memory_v1_fn memory1 = nullptr;
   mig_fn mig = nullptr;
   processes_fn processes = nullptr;
   bool ready = false;
@@ -35,12 +34,11 @@ F symbol(void* library, const char* name) noexcept {
 const api& nvml() noexcept {
   static const api loaded = [] {
     api a;
-    void* library = ::dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+    void* library = ::dlopen(nvml_library_name(), RTLD_LAZY | RTLD_LOCAL);
     if (library == nullptr) { return a; }
     const auto init = symbol<api::init_fn>(library, "nvmlInit_v2");
     a.by_bus = symbol<api::by_bus_fn>(library, "nvmlDeviceGetHandleByPciBusId_v2");
     a.memory2 = symbol<api::memory_v2_fn>(library, "nvmlDeviceGetMemoryInfo_v2");
-    a.memory1 = symbol<api::memory_v1_fn>(library, "nvmlDeviceGetMemoryInfo");
     a.mig = symbol<api::mig_fn>(library, "nvmlDeviceGetMigMode");
     a.processes = symbol<api::processes_fn>(library, "nvmlDeviceGetComputeRunningProcesses_v3");
     if (a.processes == nullptr) { a.processes = symbol<api::processes_fn>(library, "nvmlDeviceGetComputeRunningProcesses_v2"); }
@@ -51,6 +49,11 @@ const api& nvml() noexcept {
 }
 
 }  // namespace
+
+const char* nvml_library_name() noexcept {
+  const char* name = std::getenv("GPUGUARD_NVML_LIBRARY");
+  return name != nullptr && *name != '\0' ? name : "libnvidia-ml.so.1";
+}
 
 nvml_abi::device_handle nvml_device(const char* bus_id) noexcept {
   const api& a = nvml();
@@ -64,28 +67,21 @@ bool nvml_mig_enabled(nvml_abi::device_handle device) noexcept {
   if (device == nullptr || a.mig == nullptr) { return true; }
   unsigned int current = 0;
   unsigned int pending = 0;
-  const int status = a.mig(device, &current, &pending);
+  const abi::return_code status = a.mig(device, &current, &pending);
   if (status == abi::error_not_supported) { return false; }  // a GPU without MIG
   return status != abi::success || current != 0;
 }
 
 bool nvml_memory(nvml_abi::device_handle device, std::uint64_t& used, std::uint64_t& total) noexcept {
   const api& a = nvml();
-  if (device == nullptr) { return false; }
-  if (a.memory2 != nullptr) {
-    abi::memory_v2 m{};
-    m.version = abi::memory_v2_version;
-    if (a.memory2(device, &m) == abi::success && m.total >= m.reserved + m.free) {
-      total = m.total - m.reserved;
-      used = total - m.free;
-      return true;
-    }
-  }
-  // Drivers before the _v2 call: `total` then includes what the driver reserves.
-  abi::memory_v1 m{};
-  if (a.memory1 == nullptr || a.memory1(device, &m) != abi::success || m.total < m.free) { return false; }
-  total = m.total;
-  used = m.total - m.free;
+  if (device == nullptr || a.memory2 == nullptr) { return false; }
+  // Only the _v2 call separates what the driver reserves; the older call's total includes it,
+  // which is not cudaMemGetInfo's figure, so there is no fallback to it.
+  abi::memory_v2 m{};
+  m.version = abi::memory_v2_version;
+  if (a.memory2(device, &m) != abi::success || m.total < m.reserved || m.total - m.reserved < m.free) { return false; }
+  total = m.total - m.reserved;
+  used = total - m.free;
   return true;
 }
 

@@ -24,6 +24,7 @@ struct memory_v2 {  // nvmlMemory_v2_t: `used` excludes `reserved`
   unsigned long long free;
   unsigned long long used;
 };
+static_assert(sizeof(memory_v1) == 24 && sizeof(memory_v2) == 40, "NVML's memory structures as nvml.h lays them out");
 /// NVML_STRUCT_VERSION(Memory, 2)
 constexpr unsigned memory_v2_version = static_cast<unsigned>(sizeof(memory_v2)) | (2U << 24U);
 
@@ -33,5 +34,6 @@ struct process_info {  // nvmlProcessInfo_t (== nvmlProcessInfo_v2_t), for the _
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
+static_assert(sizeof(process_info) == 24, "nvmlProcessInfo_t as nvml.h lays it out");
 
 }  // namespace gpuguard::util::nvml_abi

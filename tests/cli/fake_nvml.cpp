@@ -9,6 +9,10 @@
 //   device MINOR TOTAL RESERVED USED[,USED...] NAME one device; each memory query takes the next
 //                                                   USED (the last repeats)
 //   process DEVICE PID BYTES|na                     a compute process on device DEVICE (0-based)
+//   mig DEVICE 0|1                                  device DEVICE (0-based) supports MIG, which is
+//                                                   off (0) or on (1); other devices do not
+//
+// A device's PCI bus id is 00000000:MM:00.0, MM its minor number in two hex digits (upper case).
 //
 // Every process-list call that does not give room for all processes answers INSUFFICIENT_SIZE
 // with the count needed, as NVML does; the number of such answers is what the doctor had to retry.
@@ -31,6 +35,8 @@ namespace {
 constexpr int success = 0;
 constexpr int error_uninitialized = 1;
 constexpr int error_invalid_argument = 2;
+constexpr int error_not_supported = 3;
+constexpr int error_not_found = 6;
 constexpr int error_insufficient_size = 7;
 constexpr int error_argument_version_mismatch = 25;
 
@@ -61,6 +67,7 @@ struct fake_device {
   std::size_t next_used = 0;
   std::string name;
   std::vector<process_info> processes;
+  int mig = -1;  // -1: no MIG support; else its current mode
 };
 
 struct fake_state {
@@ -105,6 +112,12 @@ bool load_spec() {
       std::getline(words >> std::ws, d.name);
       if (s.devices.size() < positions.size()) { d.next_used = positions[s.devices.size()]; }
       s.devices.push_back(d);
+    } else if (kind == "mig") {
+      std::size_t device = 0;
+      int mode = 0;
+      words >> device >> mode;
+      if (device >= s.devices.size()) { return false; }
+      s.devices[device].mig = mode;
     } else if (kind == "process") {
       std::size_t device = 0;
       unsigned pid = 0;
@@ -172,6 +185,29 @@ FAKE_NVML_API int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** devic
   if (!state().initialised) { return error_uninitialized; }
   if (device == nullptr || index >= state().devices.size()) { return error_invalid_argument; }
   *device = &state().devices[index];
+  return success;
+}
+
+FAKE_NVML_API int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, void** device) {
+  if (!state().initialised) { return error_uninitialized; }
+  if (bus_id == nullptr || device == nullptr) { return error_invalid_argument; }
+  for (fake_device& d : state().devices) {
+    char own[32];
+    std::snprintf(own, sizeof own, "00000000:%02X:00.0", d.minor);
+    if (std::strcmp(own, bus_id) == 0) {
+      *device = &d;
+      return success;
+    }
+  }
+  return error_not_found;
+}
+
+FAKE_NVML_API int nvmlDeviceGetMigMode(void* handle, unsigned int* current, unsigned int* pending) {
+  const fake_device* d = device_of(handle);
+  if (d == nullptr || current == nullptr || pending == nullptr) { return error_invalid_argument; }
+  if (d->mig < 0) { return error_not_supported; }
+  *current = static_cast<unsigned int>(d->mig);
+  *pending = *current;
   return success;
 }
 

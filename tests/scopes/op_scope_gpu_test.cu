@@ -134,9 +134,11 @@ INSTANTIATE_TEST_SUITE_P(upstreams, op_scope_gpu, testing::Values(false, true),
                          });
 
 // The writer's memory sample of a device (the device-full alert, the `mem` lines) says what
-// cudaMemGetInfo says: it asks NVML where NVML answers for the device (without entering the
+// cudaMemGetInfo says: it asks NVML where NVML agrees with cudaMemGetInfo (without entering the
 // process's CUDA context), else cudaMemGetInfo. A threshold below what the context alone takes
-// makes the first sample raise the alert, which carries the sample's figures.
+// makes the device's first sample raise the alert: judged on the most live since the previous
+// sample plus what the device holds besides, which with one block held throughout is the device's
+// used bytes. The test passes through either path; which one a machine takes is not visible here.
 class device_sample_gpu : public gpu_test {};
 
 TEST_F(device_sample_gpu, the_device_full_alert_carries_the_drivers_figures) {

@@ -2,6 +2,7 @@
 // below are part of NVML's stable C ABI, versioned by the _v2/_v3 suffixes of the entry points.
 #include "holders/nvml.hpp"
 
+#include "util/nvml.hpp"
 #include "util/nvml_abi.hpp"
 
 #include <algorithm>
@@ -76,10 +77,7 @@ nvml_return list_processes(processes_fn fn, nvml_device_handle device, std::vect
 
 }  // namespace
 
-std::string nvml_library_name() {
-  const char* name = std::getenv("GPUGUARD_NVML_LIBRARY");
-  return name != nullptr && *name != '\0' ? name : "libnvidia-ml.so.1";
-}
+std::string nvml_library_name() { return util::nvml_library_name(); }
 
 nvml_session nvml_session::open(const std::string& library, const std::vector<std::vector<const char*>>& required) {
   nvml_session s;
