@@ -14,7 +14,8 @@ against the plain run of the same round): PASS if each is within the target, MIS
 "within noise" if the rounds disagree. Beside it, the fastest rounds' ratio (--track's fastest
 round against plain's fastest): noise only adds time, and on a machine where a process runs in
 a fast or a slow state from one run to the next (the H200 machine of 2026-12-06), the two fastest
-are the nearest to a comparison of like with like. Exits 77 without a GPU, 0 otherwise; a missed target is
+are the nearest to a comparison of like with like (if each arm had a fast round: a few rounds
+do not make sure of that). Exits 77 without a GPU, 0 otherwise; a missed target is
 reported in the table, not as a failure of this script.
 
 --parts adds two more arms to every round, to tell where a --track cost comes from: the program

@@ -37,13 +37,13 @@ case "$kind" in
   asan)
     targets=(gpuguard_cpu_tests gpuguard_core_tests gpuguard_leak_child gpuguard_ops_child gpuguard_hooks_child
              gpuguard_cli gpuguard_cli_json_tests gpuguard_cli_doctor_tests gpuguard_fake_nvml
-             gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests)
+             gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests)
     tests='^(cpu|core|cli)\.'
     excluded='_NOT_BUILT|^(core\.preload|cli\.run\.(track|torch)$)'
     ;;
   tsan)
-    targets=(gpuguard_core_tests gpuguard_stacks_tests gpuguard_util_tests gpuguard_ops_child gpuguard_hooks_child
-             gpuguard_cli)
+    targets=(gpuguard_core_tests gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests gpuguard_fake_nvml
+             gpuguard_ops_child gpuguard_hooks_child gpuguard_cli)
     tests='^core\.'
     excluded='_NOT_BUILT|^(core\.preload|core\.leak_report$)'
     ;;
