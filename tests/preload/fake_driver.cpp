@@ -49,8 +49,14 @@ FAKE CUresult cuDriverGetVersion(int* version) {
   *version = 13000;
   return CUDA_SUCCESS;
 }
+// FAKE_DRIVER_CONTEXT_DEVICE=N: the current context is device N's, of N + 1 devices (default 0, of
+// one), so the interposer must ask cuCtxGetDevice which device an allocation is on.
+int fake_context_device() {
+  const char* value = std::getenv("FAKE_DRIVER_CONTEXT_DEVICE");
+  return value != nullptr ? std::atoi(value) : 0;
+}
 FAKE CUresult cuDeviceGetCount(int* count) {
-  *count = 1;
+  *count = fake_context_device() + 1;
   return CUDA_SUCCESS;
 }
 // No device and no context: a program that asks for one runs its context-free path.
@@ -65,7 +71,7 @@ FAKE CUresult cuMemSetAccess(CUdeviceptr /*ptr*/, size_t /*size*/, const CUmemAc
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 FAKE CUresult cuCtxGetDevice(CUdevice* device) {
-  *device = 0;
+  *device = fake_context_device();
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) { return take_device(ptr, bytes); }

@@ -236,6 +236,16 @@ if FAKE_DRIVER and not CLI:
     result, report, records = tracked(LEAKY[0], "v1", {"FAKE_CUDART_VERSION": "11030"})
     check(report and report["total_bytes"] == 9 * MIB and report["total_count"] == 3,
           "v1: the version-1 lookup is wrapped too", result.stderr[-2000:])
+    # With two devices the interposer asks the driver which device the context is on (with one it
+    # need not): the stand-in's context is device 1's, so the 2 cuMemAlloc blocks are found there,
+    # and the 2 cuMemCreate allocations on the device their properties name (0).
+    if DRIVER_PROGRAM:
+        result, report, records = tracked(DRIVER_PROGRAM, "two_devices", {"FAKE_DRIVER_CONTEXT_DEVICE": "1"})
+        devices = {d["device"]: d for d in report.get("devices", [])} if report else {}
+        check(result.returncode == 0 and devices.get(1, {}).get("allocations") == 2 and
+              devices.get(0, {}).get("allocations") == 2,
+              "two_devices: cuMemAlloc on the context's device (1), cuMemCreate on its own (0)",
+              (devices, result.stderr[-2000:]))
     # An entry point the driver hands out that is none of its exported ones is not guessed at: it is
     # passed through unwrapped, and counted.
     result, report, records = tracked(LEAKY[0], "hidden", {"FAKE_DRIVER_HIDE_ALLOC": "1"})
