@@ -1,5 +1,6 @@
-// NVML through dlopen for `gpuguard doctor` and `gpuguard run` (see nvml.hpp). The declarations
-// below are part of NVML's stable C ABI, versioned by the _v2/_v3 suffixes of the entry points.
+// NVML through dlopen for `gpuguard doctor` and `gpuguard run` (see nvml.hpp), with NVML's
+// structures and codes from util/nvml_abi.hpp (its stable C ABI, versioned by the _v2/_v3
+// suffixes of the entry points) and the library's name from util/nvml.hpp.
 #include "holders/nvml.hpp"
 
 #include "util/nvml.hpp"
