@@ -235,9 +235,6 @@ tag_table& tags() {
 // memory in static TLS block", and GLIBC_TUNABLES=glibc.rtld.optional_static_tls=N enlarges it.
 __attribute__((tls_model("initial-exec"))) thread_local detail::thread_state this_thread;
 
-// The calling thread's state, looked up once per record.
-__attribute__((always_inline)) inline detail::thread_state& this_thread_once() noexcept { return this_thread; }
-
 // ---- per-site totals ----------------------------------------------------------------------------
 
 // A fixed open-addressing table keyed by site id: lock-free, no allocation on the hot path. Sites
@@ -1028,7 +1025,7 @@ __attribute__((noinline)) void record_allocation_stopped(ledger_state& st, shard
 void record_allocation(const allocation_event& event) noexcept {
   if (event.ptr == nullptr) { return; }
   ledger_state& st = state();
-  detail::thread_state& mine = this_thread_once();
+  detail::thread_state& mine = this_thread;
   const std::uint32_t thread = detail::thread_id(mine);
   const std::int64_t coarse_ns = detail::coarse_monotonic_ns();
   // The exact clock costs the most of anything here right after a driver call (28 ns on the H100
@@ -1063,7 +1060,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   // stacks=all: a capture per free would undo what sampling saves.
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
   const site_id freed_at = capture ? capture_site_now() : no_site;
-  detail::thread_state& mine = this_thread_once();
+  detail::thread_state& mine = this_thread;
   detail::thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
   int freed_slot = 0;
   tag_id freed_tag = untagged;
