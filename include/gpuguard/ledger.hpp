@@ -10,6 +10,7 @@
 #include <gpuguard/memory_resource.hpp>
 #include <gpuguard/options.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -137,6 +138,36 @@ GPUGUARD_API free_result record_interposed_free(const void* ptr, int current_dev
 
 /// Frees of pointers the ledger did not know, seen by an interposer.
 GPUGUARD_API std::uint64_t untracked_frees() noexcept;
+
+// ---- for a source that records a thread's calls later, on another thread -----------------------
+// libgpuguard_preload.so does, while one thread alone allocates (docs/run.md, "What --track costs").
+
+/// gpuguard's small id of the calling thread (1, 2, ...), as records and outputs name threads.
+GPUGUARD_API std::uint32_t ledger_thread_id() noexcept;
+
+/// record_allocation as if made by the thread with id `thread` under tag `tag` (not the calling
+/// thread's): the record and its event name that thread. The calling thread's own tag and
+/// operation scopes are left alone.
+GPUGUARD_API void record_allocation_as(const allocation_event& event, tag_id tag, std::uint32_t thread) noexcept;
+/// record_interposed_free as if made by the thread with id `thread`.
+GPUGUARD_API free_result record_interposed_free_as(const void* ptr, int current_device, std::uint32_t thread) noexcept;
+
+/**
+ * Sets the function that brings the ledger up to date with what such a source holds back (nullptr:
+ * none). The ledger calls it at the start of snapshot() and device_counters(), which the leak
+ * report, the outputs' samples and every exit path read through; never from a signal handler (a
+ * crash record shows what was recorded by then). It must not read the ledger itself.
+ */
+GPUGUARD_API void set_ledger_catch_up(void (*catch_up)() noexcept) noexcept;
+
+namespace detail {
+/// Set once any thread of the process sets a tag or opens an operation scope: from then on a
+/// thread's allocations depend on the moment they are recorded, so a source records them at once.
+GPUGUARD_SHARED_STATE inline std::atomic<bool>& thread_context_used() noexcept {
+  static std::atomic<bool> used{false};
+  return used;
+}
+}  // namespace detail
 
 /// A consistent copy of counters (and, if `with_live`, of every live allocation). Safe while other
 /// threads allocate: it briefly holds every shard of the live table.

@@ -1144,11 +1144,58 @@ free_result record_interposed_free(const void* ptr, int current_device, cudaStre
   return record_free_impl(ptr, unknown_size, current_device, true);
 }
 
+std::uint32_t ledger_thread_id() noexcept { return detail::thread_id(this_thread); }
+
+namespace {
+
+// Runs `record` with the calling thread's id and tag standing in for another thread's.
+template <class F>
+auto as_thread(std::uint32_t thread, tag_id tag, F&& record) noexcept {
+  detail::thread_state& mine = this_thread;
+  const std::uint32_t own_id = mine.id;
+  const tag_id own_tag = mine.tag;
+  mine.id = thread;
+  mine.tag = tag < max_tags ? tag : untagged;
+  auto result = record();
+  mine.id = own_id;
+  mine.tag = own_tag;
+  return result;
+}
+
+}  // namespace
+
+void record_allocation_as(const allocation_event& event, tag_id tag, std::uint32_t thread) noexcept {
+  static_cast<void>(as_thread(thread, tag, [&event] {
+    record_allocation(event);
+    return true;
+  }));
+}
+
+free_result record_interposed_free_as(const void* ptr, int current_device, std::uint32_t thread) noexcept {
+  return as_thread(thread, this_thread.tag, [&] { return record_free_impl(ptr, unknown_size, current_device, true); });
+}
+
 std::uint64_t untracked_frees() noexcept { return state().untracked_frees.load(std::memory_order_relaxed); }
 
 // ---- reading ------------------------------------------------------------------------------------
 
+namespace {
+
+std::atomic<void (*)() noexcept> catch_up_source{nullptr};
+
+// What a source holds back, into the ledger before a reading.
+void catch_up() noexcept {
+  if (void (*const f)() noexcept = catch_up_source.load(std::memory_order_acquire)) { f(); }
+}
+
+}  // namespace
+
+void set_ledger_catch_up(void (*catch_up)() noexcept) noexcept {
+  catch_up_source.store(catch_up, std::memory_order_release);
+}
+
 ledger_snapshot snapshot(bool with_live) {
+  catch_up();
   ledger_state& st = state();
   ledger_snapshot snap;
   std::vector<allocation_record> live;
@@ -1205,6 +1252,7 @@ ledger_snapshot snapshot(bool with_live) {
 }
 
 counters device_counters(int device) noexcept {
+  catch_up();
   const counter_ref r = device_ref(device_slot_of(device));
   // A shared counter's live bytes are one atomic: read as they are, unless the mode changed
   // meanwhile. A local one's are a sum of every thread's part, exact only with everyone stopped.
@@ -1305,7 +1353,12 @@ std::string tag_name(tag_id tag) {
 }
 
 tag_id current_tag() noexcept { return this_thread.tag; }
-void set_current_tag(tag_id tag) noexcept { this_thread.tag = tag < max_tags ? tag : untagged; }
+void set_current_tag(tag_id tag) noexcept {
+  if (tag != untagged && !detail::thread_context_used().load(std::memory_order_relaxed)) {
+    detail::thread_context_used().store(true, std::memory_order_relaxed);
+  }
+  this_thread.tag = tag < max_tags ? tag : untagged;
+}
 
 // ---- for the rest of the core -------------------------------------------------------------------
 

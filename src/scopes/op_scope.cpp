@@ -100,6 +100,9 @@ op_scope::op_scope(std::string_view name) noexcept {
   counts.peak = counts.net;
 
   parent_ = static_cast<op_scope*>(thread.innermost_scope);
+  if (parent_ == nullptr && !detail::thread_context_used().load(std::memory_order_relaxed)) {
+    detail::thread_context_used().store(true, std::memory_order_relaxed);
+  }
   thread.innermost_scope = this;
   result_.depth = parent_ == nullptr ? 0 : static_cast<std::uint16_t>(parent_->result_.depth + 1);
   result_.thread = detail::thread_id(thread);
