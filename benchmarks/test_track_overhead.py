@@ -49,6 +49,17 @@ def main():
             "| run, no --track | ratio |\n") in table, table
     assert "| median step ms | 2.1 | 2.2 | 1.048 | 1.045 to 1.050 | 1.050 | 1.01 | MISS | 2.2 | 1.048 | 2.1 | 1.000 |\n" in table, table
 
+    # With --at-once: --track recording at once, after the other arms.
+    runs["at_once"] = {"cuMemAllocAsync pair ns": [1150.0, 1100.0, 1200.0], "median step ms": [2.3, 2.3, 2.3]}
+    figures = t.figures(runs)
+    assert figures["cuMemAllocAsync pair ns"]["at_once"] == 1150.0, figures
+    table = t.table_text(dict(result, figures=figures), args)
+    assert "--rounds 3 --parts --at-once`" in table and "| --track, recorded at once | ratio |\n" in table, table
+    assert "| 2.2 | 1.048 | 2.1 | 1.000 | 2.3 | 1.095 |\n" in table, table
+    assert t.command_for("at_once", ["prog"], "gg") == ["gg", "run", "--track", "--", "prog"]
+    assert t.environment_for("at_once", "/p.so", {})["GPUGUARD_TRACK_DEFER"] == "0"
+    assert "GPUGUARD_TRACK_DEFER" not in t.environment_for("track", "/p.so", {})
+
     # The verdict on rounds: PASS only if every round is within the target.
     assert t.rounds_verdict([100.0, 100.0], [101.0, 102.0], 1.02)[0] == "PASS"
     assert t.rounds_verdict([100.0, 100.0], [101.0, 102.1], 1.02)[0] == "within noise"

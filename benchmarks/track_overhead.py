@@ -18,6 +18,10 @@ are the nearest to a comparison of like with like (if each arm had a fast round:
 do not make sure of that). Exits 77 without a GPU, 0 otherwise; a missed target is
 reported in the table, not as a failure of this script.
 
+--at-once adds the arm `--track` with GPUGUARD_TRACK_DEFER=0: the interposer records every call at
+once, on the calling thread, instead of handing a lone allocating thread's calls to its drainer
+(docs/run.md, "What --track costs"), so that one run shows what deferring saves.
+
 --parts adds two more arms to every round, to tell where a --track cost comes from: the program
 with only LD_PRELOAD=PRELOAD (the interposer and the ledger in the process, no supervisor), and
 the program under `gpuguard run` without --track (the supervisor alone). Their ratios against
@@ -40,13 +44,15 @@ STEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_step.py")
 FIGURES = (("cudaMalloc pair ns", 1.02), ("cuMemAllocAsync pair ns", 1.02), ("median step ms", 1.01))
 
 
-# The arms: how the program is started. plain and track always run; preload and run with --parts.
+# The arms: how the program is started. plain and track always run; preload and run with --parts,
+# at_once with --at-once.
 ARMS = ("plain", "track", "preload", "run")
-ARM_TITLES = {"track": "--track", "preload": "LD_PRELOAD only", "run": "run, no --track"}
+ARM_TITLES = {"track": "--track", "preload": "LD_PRELOAD only", "run": "run, no --track",
+              "at_once": "--track, recorded at once"}
 
 
 def command_for(arm, argv, cli):
-    if arm == "track":
+    if arm in ("track", "at_once"):
         return [cli, "run", "--track", "--"] + argv
     if arm == "run":
         return [cli, "run", "--"] + argv
@@ -59,6 +65,8 @@ def environment_for(arm, preload, base):
     env.pop("GPUGUARD_RUN_OPTIONS", None)  # its track=1 would make every `gpuguard run` arm track
     if arm == "preload":
         env["LD_PRELOAD"] = preload
+    if arm == "at_once":
+        env["GPUGUARD_TRACK_DEFER"] = "0"
     return env
 
 
@@ -84,8 +92,8 @@ def figures(runs):
             continue
         plain = statistics.median(runs["plain"][name])
         figure = {"plain": plain}
-        for arm in ARMS[1:]:
-            if name in runs.get(arm, {}):
+        for arm in [a for a in runs if a != "plain"]:
+            if name in runs[arm]:
                 figure[arm] = statistics.median(runs[arm][name])
                 figure[arm + "_ratio"] = figure[arm] / plain
         figure["ratio"] = figure.pop("track_ratio")
@@ -98,7 +106,8 @@ def figures(runs):
 
 def table_text(result, args):
     parts = any("preload" in f for f in result["figures"].values())
-    extra = list(ARMS[2:]) if parts else []
+    at_once = any("at_once" in f for f in result["figures"].values())
+    extra = (list(ARMS[2:]) if parts else []) + (["at_once"] if at_once else [])
     header = ("| figure | plain | --track | ratio | rounds' ratios | fastest rounds' ratio | target | verdict |"
               + "".join(f" {ARM_TITLES[a]} | ratio |" for a in extra))
     rule = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |" + " ---: | ---: |" * len(extra)
@@ -111,7 +120,7 @@ def table_text(result, args):
     return "\n".join([
         f"`gpuguard run --track` against plain, {args.rounds} interleaved rounds, {result['date']}, "
         f"{machine_words(result['machine'])}",
-        f"(`{command}{' --parts' if parts else ''}`):",
+        f"(`{command}{' --parts' if parts else ''}{' --at-once' if at_once else ''}`):",
         "",
         header,
         rule,
@@ -129,10 +138,12 @@ def main():
     parser.add_argument("--json-out")
     parser.add_argument("--parts", action="store_true",
                         help="also run each program with LD_PRELOAD only and under `gpuguard run` without --track")
+    parser.add_argument("--at-once", action="store_true",
+                        help="also run each program under --track with GPUGUARD_TRACK_DEFER=0 (no deferred recording)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    arms = ARMS if args.parts else ARMS[:2]
+    arms = list(ARMS if args.parts else ARMS[:2]) + (["at_once"] if args.at_once else [])
     runs = {arm: {} for arm in arms}
     for r in range(args.rounds):
         for program in ([args.bench], [sys.executable, STEP]):

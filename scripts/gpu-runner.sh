@@ -35,7 +35,7 @@ exclude_core='^(gpu\.(torch\.|run$|run_clean$|doctor$|preload$|preload_torch$)|m
 targets_torch="gpuguard_torch_cpu_tests gpuguard_torch_gpu_tests gpuguard_torch_multi_gpu_tests gpuguard_torch_alloc torch_cnn"
 tests_torch='^(gpu\.torch\.|multigpu\.torch\.|torch\.)'
 exclude_torch='^$'
-targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program"
+targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program gpuguard_defer_program"
 tests_process='^gpu\.(run|run_clean|doctor|preload|preload_torch)$'
 exclude_process='^$'
 targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn gpuguard_track_bench gpuguard_cli gpuguard_preload"
@@ -159,7 +159,7 @@ for s in "${slices[@]}"; do
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "$machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
       step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
-        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" --parts \
+        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" --parts --at-once \
         --out "$out/benchmarks.md" --append-section "$machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
         # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so

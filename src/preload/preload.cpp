@@ -188,7 +188,9 @@ void exit_report(int status, void* /*unused*/);
 void start() noexcept {
   if (started.exchange(true, std::memory_order_acq_rel)) { return; }
   try {
-    enable_ledger_reporting(process_options());
+    const options& opts = process_options();
+    enable_ledger_reporting(opts);
+    start_deferring(opts);
   } catch (...) {
     std::fputs("[gpuguard] --track: could not start the report (out of memory?)\n", stderr);
   }
@@ -216,17 +218,16 @@ void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream,
     after_first_record();
   }
   const tag_id holder = holder_tag(caller);
+  if (defer({ptr, bytes, stream, device, holder, kind, false})) { return; }
   if (holder == untagged) {
     record_allocation({ptr, bytes, device, stream, kind});
-    return;
+  } else {
+    record_allocation_as({ptr, bytes, device, stream, kind}, holder, ledger_thread_id());
   }
-  const tag_id previous = current_tag();
-  set_current_tag(holder);
-  record_allocation({ptr, bytes, device, stream, kind});
-  set_current_tag(previous);
 }
 
 void forget(const void* ptr, int device, cudaStream_t stream) noexcept {
+  if (defer({ptr, 0, stream, device, untagged, memory_kind::device, true})) { return; }
   static_cast<void>(record_interposed_free(ptr, device, stream));
 }
 
@@ -278,6 +279,7 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
   out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
   out += ",\"recorded\":" + std::string(recorded.load(std::memory_order_relaxed) ? "true" : "false");
+  out += ",\"recording\":\"" + std::string(recording_mode()) + "\"";
   if (leaks != nullptr) {
     out += ",\"leaked_bytes\":" + std::to_string(leaks->bytes) + ",\"leaked_count\":" + std::to_string(leaks->count);
     out += ",\"held_bytes\":" + std::to_string(leaks->held_bytes) + ",\"held_count\":" + std::to_string(leaks->held_count);

@@ -1,7 +1,9 @@
 // What the two halves of libgpuguard_preload.so share: driver_hooks.cpp finds and wraps the CUDA
 // driver's memory entry points; preload.cpp records what they did in the ledger and reports at exit.
 #pragma once
+#include <gpuguard/ledger.hpp>
 #include <gpuguard/memory_resource.hpp>
+#include <gpuguard/options.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,26 @@ void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream,
 void forget(const void* ptr, int device, cudaStream_t stream) noexcept;
 /// The driver's entry points were handed out wrapped at least once (a lookup went through us).
 void note_wrapped_lookup() noexcept;
+
+// ---- deferred.cpp: recording off the calling thread ---------------------------------------------
+
+/// A wrapped call, as recorded later.
+struct call_record {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  tag_id tag = untagged;
+  memory_kind kind = memory_kind::device;
+  bool is_free = false;
+};
+/// Turns deferring on, unless `opts` asks for stacks or GPUGUARD_TRACK_DEFER=0 (once per process).
+void start_deferring(const options& opts) noexcept;
+/// Hands `call` to the drainer and returns true while the calling thread may defer; else returns
+/// false once everything held back is in the ledger, and the caller records `call` itself.
+bool defer(const call_record& call) noexcept;
+/// "deferred" while one thread's calls are recorded later, else "at_once" (the exit record says it).
+[[nodiscard]] const char* recording_mode() noexcept;
 
 // ---- driver_hooks.cpp: questions for the driver, through its real entry points ----------------
 

@@ -74,6 +74,13 @@ FAKE CUresult cuCtxGetDevice(CUdevice* device) {
   *device = fake_context_device();
   return CUDA_SUCCESS;
 }
+// Streams: the stand-in orders nothing, so the default stream (null) serves every caller.
+FAKE CUresult cuStreamCreate(CUstream* stream, unsigned int /*flags*/) {
+  *stream = nullptr;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamSynchronize(CUstream /*stream*/) { return CUDA_SUCCESS; }
+FAKE CUresult cuStreamDestroy_v2(CUstream /*stream*/) { return CUDA_SUCCESS; }
 FAKE CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) { return take_device(ptr, bytes); }
 FAKE CUresult cuMemAllocPitch_v2(CUdeviceptr* ptr, size_t* pitch, size_t width, size_t height, unsigned int /*element*/) {
   *pitch = (width + 511) / 512 * 512;

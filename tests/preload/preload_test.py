@@ -3,12 +3,13 @@
 
 usage: preload_test.py PRELOAD [--fake-driver DIR] [--gpu] [--cli GPUGUARD]
                        [--leaky PROGRAM]... [--kernel PROGRAM]... [--driver-program PROGRAM]
-                       [--rtld-next PROGRAM]
+                       [--defer-program PROGRAM] [--rtld-next PROGRAM]
 
 --leaky: leaky_program.cpp (9 MiB in 3 cudaMalloc allocations left live, everything else freed).
 --kernel: leaky_kernel.cu (3 + 5 MiB of cudaMalloc, 1 MiB managed and a pitched block left live).
 --driver-program: driver_program.cpp (the driver API: 4 MiB of cuMemAlloc and a 2 MiB physical
   allocation left live).
+--defer-program: defer_program.cpp (one thread's calls recorded later, then a second thread's).
 With --fake-driver the programs run on the stand-in driver in DIR (fake_driver.cpp) and stand-in
 runtime (fake_cudart.cpp), so every way of reaching the driver is tested on any machine. With
 --gpu they run on the real CUDA libraries, and each leak report must name the same bytes and
@@ -43,6 +44,7 @@ CLI = value("--cli")
 FAKE_DRIVER = value("--fake-driver")
 LEAKY, KERNELS = values("--leaky"), values("--kernel")
 DRIVER_PROGRAM, RTLD_NEXT = value("--driver-program"), value("--rtld-next")
+DEFER_PROGRAM = value("--defer-program")
 MIB = 1024 * 1024
 failures = []
 tmp = tempfile.mkdtemp(prefix="gpuguard-preload-")
@@ -70,12 +72,12 @@ def run(argv, preload=True, options="", extra=None):
     return subprocess.run(argv, env=environment(preload, options, extra), capture_output=True, text=True, timeout=300)
 
 
-def tracked(program, name, extra=None):
+def tracked(program, name, extra=None, more_options=""):
     """Runs PROGRAM tracked; returns (result, leak report, per-process records)."""
     leaks = os.path.join(tmp, name + ".leaks.json")
     records = os.path.join(tmp, name + ".records")
     os.makedirs(records)
-    options = "text_log=off:leak_json=" + leaks
+    options = "text_log=off:leak_json=" + leaks + (":" + more_options if more_options else "")
     if CLI:
         env = environment(False, options, extra)
         env["GPUGUARD_PRELOAD_LIBRARY"] = PRELOAD
@@ -203,6 +205,55 @@ if DRIVER_PROGRAM:
               and records[0]["vmm_mapped_bytes"] == 2 * MIB,
               "driver: the record counts the live physical allocation and its mapping", records)
     check_summary("driver", result, 6 * MIB, 2)
+
+# ---- recording later, off the calling thread: defer_program -------------------------------------
+def phase_figures(stdout, phase):
+    """The interposer's figures the program printed after `phase`, as {device: figures}, and the record."""
+    for line in stdout.splitlines():
+        if line.startswith(phase + " {"):
+            record = json.loads(line[len(phase) + 1:])
+            return {d["device"]: d for d in record["devices"]}, record
+    return {}, {}
+
+
+if DEFER_PROGRAM:
+    for defer in ("1", "0"):
+        name = "defer" + defer
+        result, report, records = tracked(DEFER_PROGRAM, name, {"GPUGUARD_TRACK_DEFER": defer})
+        if GPU:
+            gpu_skip_if_unusable(result, "defer_program: cu")
+        check(result.returncode == 0 and "leaving 1 MiB in 1 allocation behind" in result.stdout,
+              name + ": the program ran and kept its status", result.stdout + result.stderr[-2000:])
+        # One thread alone: its calls wait in the ring (unless GPUGUARD_TRACK_DEFER=0), and every one
+        # is in the figures when they are read.
+        devices, record = phase_figures(result.stdout, "phase 1")
+        check(record.get("recording") == ("deferred" if defer == "1" else "at_once"),
+              name + ": phase 1 is recorded %s" % ("later" if defer == "1" else "at once"), record)
+        check(devices.get(0, {}).get("allocations") == 20003 and devices[0].get("frees") == 20000 and
+              devices[0].get("live_bytes") == 3 * MIB,
+              name + ": phase 1: 20003 allocations, 20000 frees, 3 MiB live, all read back", devices)
+        # A second thread frees one of the first thread's blocks and keeps one of its own: from its
+        # first call every call is recorded at once, after what the ring held.
+        devices, record = phase_figures(result.stdout, "phase 2")
+        check(record.get("recording") == "at_once", name + ": a second thread ends the deferring", record)
+        check(devices.get(0, {}).get("allocations") == 20004 and devices[0].get("frees") == 20001 and
+              devices[0].get("live_bytes") == 4 * MIB,
+              name + ": phase 2: the cross-thread free and the second thread's block", devices)
+        if not GPU:
+            devices, record = phase_figures(result.stdout, "child")
+            check(record.get("recording") == "at_once" and devices.get(0, {}).get("allocations") == 1 and
+                  devices[0].get("frees") == 1 and devices[0].get("live_bytes") == 0,
+                  name + ": a forked child records its own calls, at once, and none of its parent's",
+                  result.stdout[-2000:])
+        if report:
+            check(report["total_bytes"] == MIB and report["total_count"] == 1 and
+                  report["misuse"]["unknown_pointer"] == 0 and report["misuse"]["double_free"] == 0,
+                  name + ": 1 MiB in 1 allocation leaked, no misuse", report)
+    # With stacks on, each call's stack is the calling thread's: recorded at once.
+    result, report, records = tracked(DEFER_PROGRAM, "defer_stacks", more_options="stacks=sampled")
+    devices, record = phase_figures(result.stdout, "phase 1")
+    check(record.get("recording") == "at_once" and devices.get(0, {}).get("allocations") == 20003,
+          "defer_stacks: with stacks on, calls are recorded at once", (record, result.stderr[-2000:]))
 
 if CLI and LEAKY:
     # A job whose shells and helpers never load the CUDA driver: only the one process that used it

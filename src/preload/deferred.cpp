@@ -1,0 +1,249 @@
+// Recording later, off the program's path: while one thread alone allocates, each wrapped call is
+// written to a ring (a few stores) and a drainer thread records it into the ledger. A stream-ordered
+// allocation and free cost the program well under a microsecond; recording both at once (hashing,
+// a shard lock, the counters) would add a tenth to that (docs/run.md, "What --track costs").
+//
+// The ledger must see every address's calls in the order they happened. One thread's calls are
+// in its ring in order; between threads, the ring has no order to offer, so the first call from a
+// second thread ends deferring for good: that thread records everything the ring holds, then its
+// own call, and from then on every call is recorded at once, after whatever the ring still held.
+// That keeps causal order: a call another thread's call depends on (an allocation whose address
+// it frees, a free whose address the driver hands it again) was in the ring before the wrapper it
+// depends on returned, so it is recorded first. Deferring also stops once any thread sets a tag
+// or opens an operation scope (their figures are read as the calls happen), and never starts with
+// stacks on (a stack is the calling thread's) or with GPUGUARD_TRACK_DEFER=0.
+//
+// Every reading of the ledger (the leak report, the exit record, the outputs' samples, the exit
+// paths) first records what the ring holds (set_ledger_catch_up). A crash record, written inside
+// the signal handler, cannot: it may miss the calls of the last millisecond.
+#include "preload.hpp"
+
+#include "exit/kept_for_process.hpp"
+#include "util/quiet_thread.hpp"
+
+#include <gpuguard/ledger.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include <pthread.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace gpuguard::preload {
+namespace {
+
+// One call, as the drainer records it.
+struct slot {
+  const void* ptr;
+  std::size_t bytes;
+  cudaStream_t stream;
+  std::int32_t device;
+  tag_id tag;
+  std::uint8_t kind;  // a memory_kind
+  bool is_free;
+};
+static_assert(sizeof(slot) == 32, "two calls to a cache line");
+
+// 256 KiB: at the fastest pairs the H200 machine makes (650 ns), 25 times what one drainer period
+// (1 ms) fills.
+constexpr std::uint64_t ring_slots = 8192;
+
+// Single producer (the owning thread), single consumer (whoever holds `drain`).
+struct ring_state {
+  alignas(64) std::atomic<std::uint64_t> tail{0};  // the owner's
+  std::uint64_t seen_head = 0;                      // the owner's last look at `head`
+  std::uint32_t owner = 0;                          // the owner's ledger thread id
+  alignas(64) std::atomic<std::uint64_t> head{0};  // the consumer's
+  alignas(64) std::array<slot, ring_slots> slots{};
+};
+ring_state ring;
+
+enum mode_value : int {
+  off,     // not deferring (not started, not allowed, or a forked child)
+  open,    // deferring; no thread has claimed the ring yet
+  owned,   // deferring the calls of the ring's owner
+  ended,   // a second thread, a tag or a scope came: every call is recorded at once
+};
+std::atomic<int> mode{off};
+__attribute__((tls_model("initial-exec"))) thread_local bool owns_ring = false;
+__attribute__((tls_model("initial-exec"))) thread_local bool draining = false;
+
+// The drainer's state: never destroyed (it may be waiting while the process exits).
+struct drainer_state {
+  std::mutex drain;  // its holder is the ring's consumer
+  std::condition_variable wake;
+  std::thread* thread = nullptr;
+};
+drainer_state& drainer() {
+  static auto* d = new drainer_state();
+  return *d;
+}
+
+void record_slot(const slot& s) noexcept {
+  if (s.is_free) {
+    static_cast<void>(record_interposed_free_as(s.ptr, s.device, ring.owner));
+  } else {
+    record_allocation_as({s.ptr, s.bytes, s.device, s.stream, static_cast<memory_kind>(s.kind)}, s.tag, ring.owner);
+  }
+}
+
+// With `drain` held: records everything the ring holds. Returns whether there was anything.
+bool drain_locked() noexcept {
+  std::uint64_t head = ring.head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
+  if (head == tail) { return false; }
+  draining = true;
+  for (; head != tail; ++head) {
+    record_slot(ring.slots[head % ring_slots]);
+    ring.head.store(head + 1, std::memory_order_release);
+  }
+  draining = false;
+  return true;
+}
+
+// Everything the ring holds, into the ledger, on the calling thread. The ledger's catch-up.
+void catch_up() noexcept {
+  if (draining) { return; }  // a reading made while recording a slot
+  if (ring.head.load(std::memory_order_acquire) == ring.tail.load(std::memory_order_acquire)) { return; }
+  const std::lock_guard<std::mutex> lock(drainer().drain);
+  drain_locked();
+}
+
+void drainer_main() {
+  drainer_state& d = drainer();
+  std::unique_lock<std::mutex> lock(d.drain);
+  for (;;) {
+    const bool busy = drain_locked();
+    d.wake.wait_for(lock, busy ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50));
+  }
+}
+
+void end_deferring() noexcept {
+  if (mode.load(std::memory_order_relaxed) != ended) { mode.store(ended, std::memory_order_relaxed); }
+  catch_up();
+}
+
+bool claim_ring() noexcept {
+  int expected = open;
+  if (!mode.compare_exchange_strong(expected, owned, std::memory_order_acq_rel)) { return false; }
+  ring.owner = ledger_thread_id();
+  try {
+    drainer().thread = detail::start_quiet_thread(drainer_main);
+  } catch (...) {  // no thread: record at once
+    mode.store(ended, std::memory_order_relaxed);
+    return false;
+  }
+  owns_ring = true;
+  return true;
+}
+
+#if defined(__x86_64__)
+// PREFETCHW is older than any GPU host's CPU, but not in every x86-64: asked once (CPUID).
+bool write_prefetch_known() noexcept {
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(0x80000001U, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1U << 8U)) != 0;
+}
+const bool write_prefetch = write_prefetch_known();
+#endif
+
+inline void prefetch_for_write(const void* address) noexcept {
+#if defined(__x86_64__)
+  if (write_prefetch) { __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address))); }
+#else
+  __builtin_prefetch(address, 1, 3);
+#endif
+}
+
+void push(const call_record& call) noexcept {
+  const std::uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  if (tail - ring.seen_head >= ring_slots) {
+    ring.seen_head = ring.head.load(std::memory_order_acquire);
+    if (tail - ring.seen_head >= ring_slots) {  // the drainer fell behind: catch up here
+      catch_up();
+      ring.seen_head = ring.head.load(std::memory_order_acquire);
+    }
+  }
+  // The line eight pairs ahead, for writing: the drainer read it last, so taking it back costs a
+  // trip to the drainer's core, which a driver call's locked instructions would make this thread
+  // wait for (12 ns of the stream-ordered pair on the H100 machine, 2026-12-06). Prefetched now,
+  // the trip is over when the line is written.
+  prefetch_for_write(&ring.slots[(tail + 16) % ring_slots]);
+  slot& s = ring.slots[tail % ring_slots];
+  s.ptr = call.ptr;
+  s.bytes = call.bytes;
+  s.stream = call.stream;
+  s.device = call.device;
+  s.tag = call.tag;
+  s.kind = static_cast<std::uint8_t>(call.kind);
+  s.is_free = call.is_free;
+  ring.tail.store(tail + 1, std::memory_order_release);
+  if (tail - ring.seen_head == ring_slots / 2) { drainer().wake.notify_one(); }
+}
+
+// fork(): no thread of the parent's but the caller exists in the child, and the ring's calls are
+// the parent's. The drainer finishes its pass before the fork; the child records at once.
+void before_fork() noexcept {
+  drainer_state& d = drainer();
+  d.drain.lock();
+}
+void after_fork_parent() noexcept {
+  drainer_state& d = drainer();
+  d.drain.unlock();
+}
+void after_fork_child() noexcept {
+  drainer_state& d = drainer();
+  ring.head.store(ring.tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  detail::kept_for_process(std::exchange(d.thread, nullptr));  // the parent's
+  d.drain.unlock();
+  if (mode.load(std::memory_order_relaxed) != off) { mode.store(ended, std::memory_order_relaxed); }
+  owns_ring = false;
+}
+
+}  // namespace
+
+void start_deferring(const options& opts) noexcept {
+  const char* env = std::getenv("GPUGUARD_TRACK_DEFER");
+  if (opts.stacks != stack_mode::off || (env != nullptr && std::strcmp(env, "0") == 0)) { return; }
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The ledger's state, and so its fork handlers, first: ours must run before its handlers (a
+    // drainer inside the ledger holds our lock and waits for the ledger's).
+    static_cast<void>(untracked_frees());
+    set_ledger_catch_up(catch_up);
+    static_cast<void>(::pthread_atfork(before_fork, after_fork_parent, after_fork_child));
+    int expected = off;
+    mode.compare_exchange_strong(expected, open, std::memory_order_acq_rel);
+  });
+}
+
+bool defer(const call_record& call) noexcept {
+  const bool plain = !detail::thread_context_used().load(std::memory_order_relaxed);
+  if (owns_ring) {
+    if (plain && mode.load(std::memory_order_relaxed) == owned) {
+      push(call);
+      return true;
+    }
+  } else if (plain && mode.load(std::memory_order_relaxed) == open && claim_ring()) {
+    push(call);
+    return true;
+  }
+  if (mode.load(std::memory_order_relaxed) != off) { end_deferring(); }
+  return false;
+}
+
+const char* recording_mode() noexcept {
+  return mode.load(std::memory_order_relaxed) == owned ? "deferred" : "at_once";
+}
+
+}  // namespace gpuguard::preload
