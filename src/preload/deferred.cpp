@@ -176,8 +176,7 @@ void push(const call_record& call) noexcept {
   }
   // The line eight pairs ahead, for writing: the drainer read it last, so taking it back costs a
   // trip to the drainer's core, which a driver call's locked instructions would make this thread
-  // wait for (12 ns of the stream-ordered pair on the H100 machine, 2026-12-06). Prefetched now,
-  // the trip is over when the line is written.
+  // wait for. Prefetched now, the trip is over when the line is written.
   prefetch_for_write(&ring.slots[(tail + 16) % ring_slots]);
   slot& s = ring.slots[tail % ring_slots];
   s.ptr = call.ptr;
