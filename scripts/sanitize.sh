@@ -7,7 +7,8 @@
 #         and the core's unit tests, the exit paths, the outputs and the leak report in real
 #         children, and the `gpuguard` command (report, symbolize, doctor, run) with its tests
 #   tsan  ThreadSanitizer: the core's unit tests, the exit paths (the signal watcher thread, the
-#         exit watchdog, fork), the outputs' writer thread, the ledger under 8 threads
+#         exit watchdog, fork), the outputs' writer thread, the ledger under 8 threads, the
+#         interposer's deferred recording (its producer, drainer and readers)
 # usage: scripts/sanitize.sh asan|tsan [BUILD_DIR]   (default: build-asan or build-tsan)
 # Extra ctest arguments can be given in GPUGUARD_SANITIZE_CTEST_ARGS (e.g. "-R core.hooks").
 set -euo pipefail
@@ -37,13 +38,14 @@ case "$kind" in
   asan)
     targets=(gpuguard_cpu_tests gpuguard_core_tests gpuguard_leak_child gpuguard_ops_child gpuguard_hooks_child
              gpuguard_cli gpuguard_cli_json_tests gpuguard_cli_doctor_tests gpuguard_fake_nvml
-             gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests)
+             gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests
+             gpuguard_defer_tests)
     tests='^(cpu|core|cli)\.'
     excluded='_NOT_BUILT|^(core\.preload|cli\.run\.(track|torch)$)'
     ;;
   tsan)
     targets=(gpuguard_core_tests gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests gpuguard_fake_nvml
-             gpuguard_ops_child gpuguard_hooks_child gpuguard_cli)
+             gpuguard_ops_child gpuguard_hooks_child gpuguard_cli gpuguard_defer_tests)
     tests='^core\.'
     excluded='_NOT_BUILT|^(core\.preload|core\.leak_report$)'
     ;;

@@ -1,0 +1,147 @@
+// The interposer's deferred recording (src/preload/deferred.cpp), in-process and without a driver:
+// its source is built into this test with the core, and the calls it is handed stand for the
+// wrappers'. Each test runs in a process of its own (gtest_discover_tests), as deferring is
+// once per process; the sanitizer builds run them too (TSan: the producer, the drainer and the
+// readers). defer_program.cpp tests the same through the preloaded library on a (fake or real)
+// driver.
+#include "preload/preload.hpp"
+
+#include <gpuguard/ledger.hpp>
+#include <gpuguard/options.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace gpuguard::preload {
+namespace {
+
+constexpr int device = 3;  // a device no other record here uses
+constexpr std::size_t bytes = 256;
+
+const void* address(std::uintptr_t i) {
+  return reinterpret_cast<const void*>((std::uintptr_t{1} << 40U) + i * 4096);  // NOLINT(performance-no-int-to-ptr)
+}
+
+bool defer_allocation(std::uintptr_t i) {
+  return defer({address(i), bytes, nullptr, device, untagged, memory_kind::device, false});
+}
+bool defer_free(std::uintptr_t i) { return defer({address(i), 0, nullptr, device, untagged, memory_kind::device, true}); }
+
+// What forget() and record() do with a call that was not deferred.
+void record_allocation_now(std::uintptr_t i) { record_allocation({address(i), bytes, device, nullptr, memory_kind::device}); }
+void record_free_now(std::uintptr_t i) { static_cast<void>(record_interposed_free(address(i), device, nullptr)); }
+
+TEST(deferred_recording, one_thread_calls_are_deferred_and_every_reading_sees_them_all) {
+  start_deferring(options{});
+  constexpr std::uintptr_t pairs = 20000;  // more than the ring holds
+  for (std::uintptr_t i = 0; i < pairs; ++i) {
+    ASSERT_TRUE(defer_allocation(i));
+    ASSERT_TRUE(defer_free(i));
+  }
+  for (std::uintptr_t i = pairs; i < pairs + 3; ++i) { ASSERT_TRUE(defer_allocation(i)); }
+  EXPECT_STREQ(recording_mode(), "deferred");
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, pairs + 3);
+  EXPECT_EQ(c.frees, pairs);
+  EXPECT_EQ(c.current_bytes, 3 * bytes);
+  EXPECT_EQ(c.peak_bytes, 3 * bytes);
+  EXPECT_EQ(untracked_frees(), 0U);
+  // The records name the thread that made the calls, not the drainer.
+  const ledger_snapshot snap = snapshot(true);
+  std::size_t mine = 0;
+  for (const allocation_record& r : snap.live) {
+    if (r.device == device) {
+      EXPECT_EQ(r.thread, ledger_thread_id());
+      ++mine;
+    }
+  }
+  EXPECT_EQ(mine, 3U);
+}
+
+TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) {
+  start_deferring(options{});
+  constexpr std::uintptr_t pairs = 100000;
+  std::atomic<bool> done{false};
+  std::atomic<bool> all_deferred{true};
+  std::thread producer([&] {
+    for (std::uintptr_t i = 0; i < pairs; ++i) {
+      if (!defer_allocation(i) || !defer_free(i)) { all_deferred = false; }
+    }
+    done = true;
+  });
+  std::uint64_t last_allocations = 0;
+  while (!done.load()) {
+    const counters c = device_counters(device);
+    ASSERT_GE(c.allocations, last_allocations);
+    ASSERT_LE(c.frees, c.allocations);
+    ASSERT_LE(c.allocations - c.frees, 1U);  // one thread's calls, in its order
+    last_allocations = c.allocations;
+  }
+  producer.join();
+  EXPECT_TRUE(all_deferred.load());
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, pairs);
+  EXPECT_EQ(c.frees, pairs);
+  EXPECT_EQ(c.current_bytes, 0U);
+  EXPECT_EQ(untracked_frees(), 0U);
+}
+
+TEST(deferred_recording, a_second_thread_ends_deferring_after_what_the_ring_held) {
+  start_deferring(options{});
+  ASSERT_TRUE(defer_allocation(1));  // this thread owns the ring now
+  bool second_deferred = true;
+  free_result freed;
+  std::thread second([&] {
+    // Its free of the first thread's block is recorded after that block's allocation.
+    second_deferred = defer_free(1);
+    if (!second_deferred) { freed = record_interposed_free(address(1), device, nullptr); }
+  });
+  second.join();
+  EXPECT_FALSE(second_deferred);
+  EXPECT_TRUE(freed.known);
+  EXPECT_EQ(untracked_frees(), 0U);
+  EXPECT_STREQ(recording_mode(), "at_once");
+  // For good: the first thread's calls are recorded at once too.
+  EXPECT_FALSE(defer_allocation(2));
+  record_allocation_now(2);
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, 2U);
+  EXPECT_EQ(c.frees, 1U);
+  EXPECT_EQ(c.current_bytes, bytes);
+}
+
+TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
+  start_deferring(options{});
+  ASSERT_TRUE(defer_allocation(1));
+  const scoped_tag tag("after");
+  EXPECT_FALSE(defer_free(1));
+  record_free_now(1);
+  EXPECT_STREQ(recording_mode(), "at_once");
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, 1U);
+  EXPECT_EQ(c.frees, 1U);
+  EXPECT_EQ(untracked_frees(), 0U);
+}
+
+TEST(deferred_recording, stacks_keep_every_call_recorded_at_once) {
+  options opts;
+  opts.stacks = stack_mode::sampled;
+  start_deferring(opts);
+  EXPECT_FALSE(defer_allocation(1));
+  EXPECT_STREQ(recording_mode(), "at_once");
+}
+
+TEST(deferred_recording, track_defer_0_keeps_every_call_recorded_at_once) {
+  ASSERT_EQ(::setenv("GPUGUARD_TRACK_DEFER", "0", 1), 0);
+  start_deferring(options{});
+  EXPECT_FALSE(defer_allocation(1));
+  EXPECT_STREQ(recording_mode(), "at_once");
+}
+
+}  // namespace
+}  // namespace gpuguard::preload
