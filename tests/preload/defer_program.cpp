@@ -11,6 +11,8 @@
 //      figures, then _exits                                -> "child {figures}"
 //   4. the main thread frees the second thread's block and one of its own: 1 MiB stays live at exit
 // Without the interposer it prints "figures: none" for each phase.
+#include "driver_context.hpp"
+
 #include <cuda.h>
 
 #include <cstdio>
@@ -24,13 +26,9 @@
 
 namespace {
 
-constexpr std::size_t mib = std::size_t{1024} * 1024;
+bool ok(CUresult status, const char* what) { return gpuguard_test::ok("defer_program", status, what); }
 
-bool ok(CUresult status, const char* what) {
-  if (status == CUDA_SUCCESS) { return true; }
-  std::fprintf(stderr, "defer_program: %s failed: %d\n", what, static_cast<int>(status));
-  return false;
-}
+constexpr std::size_t mib = std::size_t{1024} * 1024;
 
 void print_figures(const char* phase) {
   using figures_fn = long (*)(char*, unsigned long);
@@ -48,14 +46,8 @@ void print_figures(const char* phase) {
 }  // namespace
 
 int main() {
-  CUdevice device = 0;
   CUcontext context = nullptr;
-  if (!ok(cuInit(0), "cuInit")) { return 1; }
-  // The real driver needs a context, current on every thread that allocates; the fake one has none.
-  if (cuDeviceGet(&device, 0) == CUDA_SUCCESS && !ok(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain")) {
-    return 1;
-  }
-  if (context != nullptr && !ok(cuCtxSetCurrent(context), "cuCtxSetCurrent")) { return 1; }
+  if (!gpuguard_test::init_driver("defer_program", context)) { return 1; }
   CUstream stream = nullptr;
   if (context != nullptr && !ok(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) { return 1; }
 

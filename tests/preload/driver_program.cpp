@@ -2,31 +2,23 @@
 // CPU machine, the real one on the GPU): 4 MiB of cuMemAlloc and a 2 MiB physical allocation made
 // with cuMemCreate and mapped stay live; a cuMemAlloc, a pinned cuMemHostAlloc and a second physical
 // allocation are freed. So --track must see the driver API itself, and the virtual memory API.
+#include "driver_context.hpp"
+
 #include <cuda.h>
 
 #include <cstdio>
 
 namespace {
 
-constexpr std::size_t mib = std::size_t{1024} * 1024;
+bool ok(CUresult status, const char* what) { return gpuguard_test::ok("driver_program", status, what); }
 
-bool ok(CUresult status, const char* what) {
-  if (status == CUDA_SUCCESS) { return true; }
-  std::fprintf(stderr, "driver_program: %s failed: %d\n", what, static_cast<int>(status));
-  return false;
-}
+constexpr std::size_t mib = std::size_t{1024} * 1024;
 
 }  // namespace
 
 int main() {
-  CUdevice device = 0;
   CUcontext context = nullptr;
-  if (!ok(cuInit(0), "cuInit")) { return 1; }
-  // The real driver needs a context; the fake one has none and needs none.
-  if (cuDeviceGet(&device, 0) == CUDA_SUCCESS && !ok(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain")) {
-    return 1;
-  }
-  if (context != nullptr && !ok(cuCtxSetCurrent(context), "cuCtxSetCurrent")) { return 1; }
+  if (!gpuguard_test::init_driver("driver_program", context)) { return 1; }
   CUdeviceptr kept = 0;
   CUdeviceptr freed = 0;
   void* pinned = nullptr;
