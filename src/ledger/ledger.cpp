@@ -1148,17 +1148,21 @@ std::uint32_t ledger_thread_id() noexcept { return detail::thread_id(this_thread
 
 namespace {
 
-// Runs `record` with the calling thread's id and tag standing in for another thread's.
+// Runs `record` with the calling thread's id and tag standing in for another thread's. The
+// calling thread's own figures (what its operation scopes read) count the record only when the
+// thread is itself.
 template <class F>
 auto as_thread(std::uint32_t thread, tag_id tag, F&& record) noexcept {
   detail::thread_state& mine = this_thread;
-  const std::uint32_t own_id = mine.id;
+  const std::uint32_t own_id = detail::thread_id(mine);
   const tag_id own_tag = mine.tag;
+  const detail::thread_memory own_memory = mine.memory;
   mine.id = thread;
   mine.tag = tag < max_tags ? tag : untagged;
   auto result = record();
   mine.id = own_id;
   mine.tag = own_tag;
+  if (thread != own_id) { mine.memory = own_memory; }
   return result;
 }
 
@@ -1187,6 +1191,8 @@ std::atomic<void (*)() noexcept> catch_up_source{nullptr};
 void catch_up() noexcept {
   if (void (*const f)() noexcept = catch_up_source.load(std::memory_order_acquire)) { f(); }
 }
+
+misuse_counts read_misuse() noexcept;
 
 }  // namespace
 
@@ -1221,7 +1227,7 @@ ledger_snapshot snapshot(bool with_live) {
       tag_used[i] = st.tag_counters[i].ever_used();
       if (tag_used[i]) { tag_values[i] = read_tag(i); }
     }
-    snap.misuse = misuse();
+    snap.misuse = read_misuse();  // every shard is held: no catch-up here
     if (with_live) {
       for (const shard& s : st.shards) {
         for (const allocation_record& record : s.slots) {
@@ -1286,6 +1292,7 @@ void share_every_counter_restarting(std::atomic<std::size_t> live_counter::*peak
 }  // namespace
 
 void reset_phase_peak() noexcept {
+  catch_up();  // what came before the new phase is in the old one
   const all_shards stopped;
   // A phase peak set to the live bytes leaves no headroom: every counter goes shared.
   share_every_counter_restarting(&live_counter::phase_peak);
@@ -1305,6 +1312,13 @@ void detail::hold_shared_counters(bool hold) noexcept {
 bool detail::counter_is_local(int device) noexcept { return device_ref(device_slot_of(device)).local(); }
 
 misuse_counts misuse() noexcept {
+  catch_up();
+  return read_misuse();
+}
+
+namespace {
+
+misuse_counts read_misuse() noexcept {
   const ledger_state& st = state();
   misuse_counts m;
   m.unknown_pointer = st.unknown_pointer.load(std::memory_order_relaxed);
@@ -1313,6 +1327,8 @@ misuse_counts misuse() noexcept {
   m.wrong_device = st.wrong_device.load(std::memory_order_relaxed);
   return m;
 }
+
+}  // namespace
 
 void configure_ledger(const options& opts) noexcept {
   ledger_state& st = state();
@@ -1355,9 +1371,15 @@ std::string tag_name(tag_id tag) {
 tag_id current_tag() noexcept { return this_thread.tag; }
 void set_current_tag(tag_id tag) noexcept {
   if (tag != untagged && !detail::thread_context_used().load(std::memory_order_relaxed)) {
-    detail::thread_context_used().store(true, std::memory_order_relaxed);
+    detail::note_thread_context();
   }
   this_thread.tag = tag < max_tags ? tag : untagged;
+}
+
+void detail::note_thread_context() noexcept {
+  // The first time: what a source held back was made before this tag or scope, so it is recorded
+  // now, outside them.
+  if (!thread_context_used().exchange(true, std::memory_order_acq_rel)) { catch_up(); }
 }
 
 // ---- for the rest of the core -------------------------------------------------------------------
@@ -1366,6 +1388,7 @@ detail::thread_state& detail::this_thread_state() noexcept { return this_thread;
 
 
 std::vector<int> detail::active_devices() {
+  catch_up();
   std::vector<int> devices;
   const ledger_state& st = state();
   for (int i = 0; i < device_slots; ++i) {

@@ -51,6 +51,11 @@ struct thread_state {
 
 thread_state& this_thread_state() noexcept;
 
+/// A tag was set or an operation scope opened: sets thread_context_used() (ledger.hpp) and, the
+/// first time, first records what a source held back (set_ledger_catch_up), so that calls made
+/// before the tag or the scope are not counted inside them.
+void note_thread_context() noexcept;
+
 /// A fresh small thread id (1, 2, ...).
 std::uint32_t next_thread_id() noexcept;
 

@@ -11,7 +11,8 @@
 // it frees, a free whose address the driver hands it again) was in the ring before the wrapper it
 // depends on returned, so it is recorded first. Deferring also stops once any thread sets a tag
 // or opens an operation scope (their figures are read as the calls happen), and never starts with
-// stacks on (a stack is the calling thread's) or with GPUGUARD_TRACK_DEFER=0.
+// stacks on (a stack is the calling thread's), with the timeline on (the JSONL log or the Chrome
+// trace time each event) or with GPUGUARD_TRACK_DEFER=0.
 //
 // Every reading of the ledger (the leak report, the exit record, the outputs' samples, the exit
 // paths) first records what the ring holds (set_ledger_catch_up). A crash record, written inside
@@ -120,11 +121,21 @@ void catch_up() noexcept {
   drain_locked();
 }
 
+#if defined(GPUGUARD_DEFER_TESTING)
+std::atomic<bool> drainer_held{false};  // tests: the drainer leaves the ring to the readers
+#endif
+
 void drainer_main() {
   drainer_state& d = drainer();
   std::unique_lock<std::mutex> lock(d.drain);
   for (;;) {
+#if defined(GPUGUARD_DEFER_TESTING)
+    const bool busy = !drainer_held.load() && drain_locked();
+#else
     const bool busy = drain_locked();
+#endif
+    // Deferring has ended: every later call records the ring's rest before its own.
+    if (!busy && mode.load(std::memory_order_relaxed) == ended) { return; }
     d.wake.wait_for(lock, busy ? std::chrono::milliseconds(1) : std::chrono::milliseconds(50));
   }
 }
@@ -140,6 +151,7 @@ bool claim_ring() noexcept {
   ring.owner = ledger_thread_id();
   try {
     drainer().thread = detail::start_quiet_thread(drainer_main);
+    drainer().thread->detach();  // it ends when deferring does, or with the process
   } catch (...) {  // no thread: record at once
     mode.store(ended, std::memory_order_relaxed);
     return false;
@@ -190,11 +202,13 @@ void push(const call_record& call) noexcept {
   if (tail - ring.seen_head == ring_slots / 2) { drainer().wake.notify_one(); }
 }
 
-// fork(): no thread of the parent's but the caller exists in the child, and the ring's calls are
-// the parent's. The drainer finishes its pass before the fork; the child records at once.
+// fork(): no thread of the parent's but the caller exists in the child. The ring is recorded
+// before the fork, so that the child's ledger knows the parent's blocks it inherits (and frees
+// quietly); the child records at once.
 void before_fork() noexcept {
   drainer_state& d = drainer();
   d.drain.lock();
+  drain_locked();
 }
 void after_fork_parent() noexcept {
   drainer_state& d = drainer();
@@ -213,7 +227,11 @@ void after_fork_child() noexcept {
 
 void start_deferring(const options& opts) noexcept {
   const char* env = std::getenv("GPUGUARD_TRACK_DEFER");
-  if (opts.stacks != stack_mode::off || (env != nullptr && std::strcmp(env, "0") == 0)) { return; }
+  // A stack is the calling thread's; the timeline (JSONL log, Chrome trace) times each event.
+  if (opts.stacks != stack_mode::off || !opts.jsonl_log.empty() || !opts.trace_file.empty() ||
+      (env != nullptr && std::strcmp(env, "0") == 0)) {
+    return;
+  }
   static std::once_flag once;
   std::call_once(once, [] {
     // The ledger's state, and so its fork handlers, first: ours must run before its handlers (a
@@ -240,6 +258,10 @@ bool defer(const call_record& call) noexcept {
   if (mode.load(std::memory_order_relaxed) != off) { end_deferring(); }
   return false;
 }
+
+#if defined(GPUGUARD_DEFER_TESTING)
+void hold_drainer(bool hold) noexcept { drainer_held.store(hold); }
+#endif
 
 const char* recording_mode() noexcept {
   return mode.load(std::memory_order_relaxed) == owned ? "deferred" : "at_once";

@@ -280,6 +280,7 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
   out += ",\"recorded\":" + std::string(recorded.load(std::memory_order_relaxed) ? "true" : "false");
   out += ",\"recording\":\"" + std::string(recording_mode()) + "\"";
+  out += ",\"untracked_frees\":" + std::to_string(untracked_frees());
   if (leaks != nullptr) {
     out += ",\"leaked_bytes\":" + std::to_string(leaks->bytes) + ",\"leaked_count\":" + std::to_string(leaks->count);
     out += ",\"held_bytes\":" + std::to_string(leaks->held_bytes) + ",\"held_count\":" + std::to_string(leaks->held_count);

@@ -35,13 +35,18 @@ struct call_record {
   memory_kind kind = memory_kind::device;
   bool is_free = false;
 };
-/// Turns deferring on, unless `opts` asks for stacks or GPUGUARD_TRACK_DEFER=0 (once per process).
+/// Turns deferring on, unless `opts` asks for stacks or the timeline (jsonl_log, trace_file), or
+/// GPUGUARD_TRACK_DEFER=0 is set (once per process).
 void start_deferring(const options& opts) noexcept;
 /// Hands `call` to the drainer and returns true while the calling thread may defer; else returns
 /// false once everything held back is in the ledger, and the caller records `call` itself.
 bool defer(const call_record& call) noexcept;
 /// "deferred" while one thread's calls are recorded later, else "at_once" (the exit record says it).
 [[nodiscard]] const char* recording_mode() noexcept;
+#if defined(GPUGUARD_DEFER_TESTING)
+/// Tests only: while held, the drainer thread leaves the ring alone (readers still catch up).
+void hold_drainer(bool hold) noexcept;
+#endif
 
 // ---- driver_hooks.cpp: questions for the driver, through its real entry points ----------------
 

@@ -88,6 +88,8 @@ op_scope::op_scope(std::string_view name) noexcept {
   std::memcpy(result_.name, name.data(), length);
   result_.name[length] = '\0';
 
+  // The first scope of the process: a source that records later catches up before it starts.
+  if (!detail::thread_context_used().load(std::memory_order_relaxed)) { detail::note_thread_context(); }
   detail::thread_state& thread = detail::this_thread_state();
   thread_ = &thread;
   detail::thread_memory& counts = thread.memory;
@@ -100,9 +102,6 @@ op_scope::op_scope(std::string_view name) noexcept {
   counts.peak = counts.net;
 
   parent_ = static_cast<op_scope*>(thread.innermost_scope);
-  if (parent_ == nullptr && !detail::thread_context_used().load(std::memory_order_relaxed)) {
-    detail::thread_context_used().store(true, std::memory_order_relaxed);
-  }
   thread.innermost_scope = this;
   result_.depth = parent_ == nullptr ? 0 : static_cast<std::uint16_t>(parent_->result_.depth + 1);
   result_.thread = detail::thread_id(thread);

@@ -7,6 +7,7 @@
 #include "preload/preload.hpp"
 
 #include <gpuguard/ledger.hpp>
+#include <gpuguard/op_scope.hpp>
 #include <gpuguard/options.hpp>
 
 #include <gtest/gtest.h>
@@ -32,27 +33,33 @@ bool defer_allocation(std::uintptr_t i) {
 }
 bool defer_free(std::uintptr_t i) { return defer({address(i), 0, nullptr, device, untagged, memory_kind::device, true}); }
 
+// The device's counters at one instant (device_counters' fields may be instants apart).
+counters at_one_instant() {
+  for (const auto& [d, c] : snapshot(false).devices) {
+    if (d == device) { return c; }
+  }
+  return {};
+}
+
 // What forget() and record() do with a call that was not deferred.
 void record_allocation_now(std::uintptr_t i) { record_allocation({address(i), bytes, device, nullptr, memory_kind::device}); }
 void record_free_now(std::uintptr_t i) { static_cast<void>(record_interposed_free(address(i), device, nullptr)); }
 
 TEST(deferred_recording, one_thread_calls_are_deferred_and_every_reading_sees_them_all) {
   start_deferring(options{});
-  constexpr std::uintptr_t pairs = 20000;  // more than the ring holds
+  hold_drainer(true);  // the ring's last calls are left to the reader below
+  constexpr std::uintptr_t pairs = 20000;  // more than the ring holds: this thread records the rest
   for (std::uintptr_t i = 0; i < pairs; ++i) {
     ASSERT_TRUE(defer_allocation(i));
     ASSERT_TRUE(defer_free(i));
   }
   for (std::uintptr_t i = pairs; i < pairs + 3; ++i) { ASSERT_TRUE(defer_allocation(i)); }
   EXPECT_STREQ(recording_mode(), "deferred");
-  const counters c = device_counters(device);
-  EXPECT_EQ(c.allocations, pairs + 3);
-  EXPECT_EQ(c.frees, pairs);
-  EXPECT_EQ(c.current_bytes, 3 * bytes);
-  EXPECT_EQ(c.peak_bytes, 3 * bytes);
-  EXPECT_EQ(untracked_frees(), 0U);
-  // The records name the thread that made the calls, not the drainer.
-  const ledger_snapshot snap = snapshot(true);
+  // Read on another thread, which records what the ring holds: the records still name the
+  // thread that made the calls.
+  ledger_snapshot snap;
+  std::thread reader([&snap] { snap = snapshot(true); });
+  reader.join();
   std::size_t mine = 0;
   for (const allocation_record& r : snap.live) {
     if (r.device == device) {
@@ -61,6 +68,12 @@ TEST(deferred_recording, one_thread_calls_are_deferred_and_every_reading_sees_th
     }
   }
   EXPECT_EQ(mine, 3U);
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, pairs + 3);
+  EXPECT_EQ(c.frees, pairs);
+  EXPECT_EQ(c.current_bytes, 3 * bytes);
+  EXPECT_EQ(c.peak_bytes, 3 * bytes);
+  EXPECT_EQ(untracked_frees(), 0U);
 }
 
 TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) {
@@ -76,7 +89,7 @@ TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) 
   });
   std::uint64_t last_allocations = 0;
   while (!done.load()) {
-    const counters c = device_counters(device);
+    const counters c = at_one_instant();
     ASSERT_GE(c.allocations, last_allocations);
     ASSERT_LE(c.frees, c.allocations);
     ASSERT_LE(c.allocations - c.frees, 1U);  // one thread's calls, in its order
@@ -93,6 +106,7 @@ TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) 
 
 TEST(deferred_recording, a_second_thread_ends_deferring_after_what_the_ring_held) {
   start_deferring(options{});
+  hold_drainer(true);                // the allocation stays in the ring
   ASSERT_TRUE(defer_allocation(1));  // this thread owns the ring now
   bool second_deferred = true;
   free_result freed;
@@ -117,8 +131,10 @@ TEST(deferred_recording, a_second_thread_ends_deferring_after_what_the_ring_held
 
 TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
   start_deferring(options{});
+  hold_drainer(true);
   ASSERT_TRUE(defer_allocation(1));
   const scoped_tag tag("after");
+  EXPECT_EQ(device_counters(device).allocations, 1U);
   EXPECT_FALSE(defer_free(1));
   record_free_now(1);
   EXPECT_STREQ(recording_mode(), "at_once");
@@ -126,6 +142,37 @@ TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
   EXPECT_EQ(c.allocations, 1U);
   EXPECT_EQ(c.frees, 1U);
   EXPECT_EQ(untracked_frees(), 0U);
+  // The allocation came before the tag: it is untagged.
+  for (const auto& [name, figures] : snapshot(false).tags) {
+    if (name == "after") { EXPECT_EQ(figures.allocations, 0U); }
+  }
+}
+
+// Calls made before the process's first operation scope opened are not counted in it: they are
+// recorded as it opens, before it reads its start.
+TEST(deferred_recording, the_first_scope_counts_only_the_calls_made_inside_it) {
+  start_deferring(options{});
+  hold_drainer(true);
+  for (std::uintptr_t i = 0; i < 100; ++i) { ASSERT_TRUE(defer_allocation(i)); }
+  op_result here;
+  {
+    op_scope scope("owner");
+    if (!defer_allocation(100)) { record_allocation_now(100); }
+    here = scope.end();
+  }
+  EXPECT_EQ(here.allocs, 1U);
+  EXPECT_EQ(device_counters(device).allocations, 101U);
+}
+
+// A record made for another thread (as the drainer, or a reader catching up, makes the owner's)
+// is not the calling thread's: its open scope does not count it.
+TEST(deferred_recording, a_record_for_another_thread_is_not_in_the_callers_scope) {
+  op_scope scope("reader");
+  record_allocation_as({address(1), bytes, device, nullptr, memory_kind::device}, untagged, ledger_thread_id() + 1000);
+  record_allocation_as({address(2), bytes, device, nullptr, memory_kind::device}, untagged, ledger_thread_id());
+  const op_result result = scope.end();
+  EXPECT_EQ(result.allocs, 1U);
+  EXPECT_EQ(device_counters(device).allocations, 2U);
 }
 
 TEST(deferred_recording, stacks_keep_every_call_recorded_at_once) {
