@@ -56,8 +56,8 @@ struct slot {
 };
 static_assert(sizeof(slot) == 32, "two calls to a cache line");
 
-// 256 KiB: at the fastest pairs the H200 machine makes (650 ns), 25 times what one drainer period
-// (1 ms) fills.
+// 8192 calls, 256 KiB: at the fastest pairs the H200 machine makes (650 ns, two calls) one drainer
+// period (1 ms) fills about 3100; the producer also wakes the drainer once every lap.
 constexpr std::uint64_t ring_slots = 8192;
 
 // Single producer (the owning thread), single consumer (whoever holds `drain`).
