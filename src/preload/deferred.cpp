@@ -16,7 +16,8 @@
 //
 // Every reading of the ledger (the leak report, the exit record, the outputs' samples, the exit
 // paths) first records what the ring holds (set_ledger_catch_up). A crash record, written inside
-// the signal handler, cannot: it may miss the calls of the last millisecond.
+// the signal handler, cannot: it may miss the calls not recorded yet (the last millisecond's, or
+// up to 50 ms of them after a pause).
 #include "preload.hpp"
 
 #include "exit/kept_for_process.hpp"
