@@ -17,29 +17,19 @@ namespace gpuguard::cli {
 
 namespace {
 
-// NVML's structures and codes (util/nvml_abi.hpp). Only what is used.
-namespace abi = util::nvml_abi;
-using nvml_return = abi::return_code;
-constexpr nvml_return nvml_success = abi::success;
-constexpr nvml_return nvml_error_insufficient_size = abi::error_insufficient_size;
-using nvml_device_handle = abi::device_handle;
-constexpr unsigned long long nvml_value_not_available = abi::value_not_available;
-using nvml_memory_v1 = abi::memory_v1;
-using nvml_memory_v2 = abi::memory_v2;
-constexpr unsigned nvml_memory_v2_version = abi::memory_v2_version;
-using nvml_process_info = abi::process_info;
+namespace abi = util::nvml_abi;  // NVML's structures and codes
 
-using init_fn = nvml_return (*)();
-using shutdown_fn = nvml_return (*)();
-using error_string_fn = const char* (*)(nvml_return);
-using count_fn = nvml_return (*)(unsigned int*);
-using handle_fn = nvml_return (*)(unsigned int, nvml_device_handle*);
-using name_fn = nvml_return (*)(nvml_device_handle, char*, unsigned int);
-using minor_fn = nvml_return (*)(nvml_device_handle, unsigned int*);
-using memory_v1_fn = nvml_return (*)(nvml_device_handle, nvml_memory_v1*);
-using memory_v2_fn = nvml_return (*)(nvml_device_handle, nvml_memory_v2*);
-using processes_fn = nvml_return (*)(nvml_device_handle, unsigned int*, nvml_process_info*);
-using driver_version_fn = nvml_return (*)(char*, unsigned int);
+using init_fn = abi::return_code (*)();
+using shutdown_fn = abi::return_code (*)();
+using error_string_fn = const char* (*)(abi::return_code);
+using count_fn = abi::return_code (*)(unsigned int*);
+using handle_fn = abi::return_code (*)(unsigned int, abi::device_handle*);
+using name_fn = abi::return_code (*)(abi::device_handle, char*, unsigned int);
+using minor_fn = abi::return_code (*)(abi::device_handle, unsigned int*);
+using memory_v1_fn = abi::return_code (*)(abi::device_handle, abi::memory_v1*);
+using memory_v2_fn = abi::return_code (*)(abi::device_handle, abi::memory_v2*);
+using processes_fn = abi::return_code (*)(abi::device_handle, unsigned int*, abi::process_info*);
+using driver_version_fn = abi::return_code (*)(char*, unsigned int);
 
 template <typename F>
 F symbol(void* handle, const char* name) {
@@ -47,13 +37,13 @@ F symbol(void* handle, const char* name) {
 }
 
 // NVML's text for `rc`, "" when it has none.
-std::string error_string(void* handle, nvml_return rc) {
+std::string error_string(void* handle, abi::return_code rc) {
   const auto text = symbol<error_string_fn>(handle, "nvmlErrorString");
   const char* s = text != nullptr ? text(rc) : nullptr;
   return s != nullptr ? s : "";
 }
 
-std::string error_text(void* handle, const char* call, nvml_return rc) {
+std::string error_text(void* handle, const char* call, abi::return_code rc) {
   const auto text = symbol<error_string_fn>(handle, "nvmlErrorString");
   const char* s = text != nullptr ? text(rc) : nullptr;
   return std::string(call) + ": " + (s != nullptr ? s : "error " + std::to_string(rc));
@@ -61,19 +51,19 @@ std::string error_text(void* handle, const char* call, nvml_return rc) {
 
 // The processes of one kind on one device, with NVML's protocol: ask how many there are, make room
 // for a few more (processes start meanwhile), and ask again while NVML says the room is too small.
-nvml_return list_processes(processes_fn fn, nvml_device_handle device, std::vector<nvml_process_info>& out) {
+abi::return_code list_processes(processes_fn fn, abi::device_handle device, std::vector<abi::process_info>& out) {
   out.clear();
   for (int attempt = 0; attempt < 8; ++attempt) {
     unsigned int count = static_cast<unsigned int>(out.size());
-    const nvml_return rc = fn(device, &count, out.empty() ? nullptr : out.data());
-    if (rc == nvml_success) {
+    const abi::return_code rc = fn(device, &count, out.empty() ? nullptr : out.data());
+    if (rc == abi::success) {
       out.resize(std::min<std::size_t>(count, out.size()));
       return rc;
     }
-    if (rc != nvml_error_insufficient_size) { return rc; }
-    out.assign(std::size_t{count} + 8, nvml_process_info{});
+    if (rc != abi::error_insufficient_size) { return rc; }
+    out.assign(std::size_t{count} + 8, abi::process_info{});
   }
-  return nvml_error_insufficient_size;
+  return abi::error_insufficient_size;
 }
 
 }  // namespace
@@ -102,7 +92,7 @@ nvml_session nvml_session::open(const std::string& library, const std::vector<st
     ::dlclose(handle);
     return s;
   }
-  if (const nvml_return rc = init(); rc != nvml_success) {
+  if (const abi::return_code rc = init(); rc != abi::success) {
     s.error_ = error_text(handle, "nvmlInit_v2", rc);
     s.failure_ = nvml_failure::init_failed;
     s.failure_detail_ = error_string(handle, rc);
@@ -113,7 +103,7 @@ nvml_session nvml_session::open(const std::string& library, const std::vector<st
   s.handle_ = handle;
   if (const auto version = symbol<driver_version_fn>(handle, "nvmlSystemGetDriverVersion")) {
     char buffer[96] = {};
-    if (version(buffer, sizeof buffer) == nvml_success) {
+    if (version(buffer, sizeof buffer) == abi::success) {
       buffer[sizeof buffer - 1] = '\0';
       s.driver_version_ = buffer;
     }
@@ -170,7 +160,7 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
   if (mps == nullptr) { mps = symbol<processes_fn>(handle_, "nvmlDeviceGetMPSComputeRunningProcesses_v2"); }
 
   unsigned int count = 0;
-  if (const nvml_return rc = count_devices(&count); rc != nvml_success) {
+  if (const abi::return_code rc = count_devices(&count); rc != abi::success) {
     if (error != nullptr) { *error = error_text(handle_, "nvmlDeviceGetCount_v2", rc); }
     return devices;
   }
@@ -178,25 +168,25 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
     nvml_device d;
     d.index = index;
     auto add_error = [&d](const std::string& what) { d.error += (d.error.empty() ? "" : "; ") + what; };
-    nvml_device_handle device = nullptr;
-    if (const nvml_return rc = get_handle(index, &device); rc != nvml_success) {
+    abi::device_handle device = nullptr;
+    if (const abi::return_code rc = get_handle(index, &device); rc != abi::success) {
       add_error(error_text(handle_, "nvmlDeviceGetHandleByIndex_v2", rc));
       devices.push_back(std::move(d));
       continue;
     }
     if (get_name != nullptr) {
       char name[96] = {};
-      if (get_name(device, name, sizeof name) == nvml_success) {
+      if (get_name(device, name, sizeof name) == abi::success) {
         name[sizeof name - 1] = '\0';
         d.name = name;
       }
     }
-    if (unsigned int minor = 0; get_minor != nullptr && get_minor(device, &minor) == nvml_success) { d.minor = minor; }
+    if (unsigned int minor = 0; get_minor != nullptr && get_minor(device, &minor) == abi::success) { d.minor = minor; }
     bool have_memory = false;
     if (memory_v2 != nullptr) {
-      nvml_memory_v2 m{};
-      m.version = nvml_memory_v2_version;
-      if (memory_v2(device, &m) == nvml_success) {
+      abi::memory_v2 m{};
+      m.version = abi::memory_v2_version;
+      if (memory_v2(device, &m) == abi::success) {
         d.total = m.total;
         d.used = m.used;
         d.reserved = m.reserved;
@@ -204,15 +194,15 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
       }
     }
     if (!have_memory && memory_v1 != nullptr) {
-      nvml_memory_v1 m{};
-      if (const nvml_return rc = memory_v1(device, &m); rc == nvml_success) {
+      abi::memory_v1 m{};
+      if (const abi::return_code rc = memory_v1(device, &m); rc == abi::success) {
         d.total = m.total;
         d.used = m.used;
       } else {
         add_error(error_text(handle_, "nvmlDeviceGetMemoryInfo", rc));
       }
     }
-    std::vector<nvml_process_info> infos;
+    std::vector<abi::process_info> infos;
     const std::pair<processes_fn, const char*> kinds[] = {
         {compute, "nvmlDeviceGetComputeRunningProcesses_v3"},
         {graphics, "nvmlDeviceGetGraphicsRunningProcesses_v3"},
@@ -220,13 +210,13 @@ std::vector<nvml_device> nvml_session::sample(std::string* error) const {
     };
     for (const auto& [fn, call] : kinds) {
       if (fn == nullptr) { continue; }
-      if (const nvml_return rc = list_processes(fn, device, infos); rc != nvml_success) {
+      if (const abi::return_code rc = list_processes(fn, device, infos); rc != abi::success) {
         add_error(error_text(handle_, call, rc));
         continue;
       }
-      for (const nvml_process_info& info : infos) {
+      for (const abi::process_info& info : infos) {
         std::optional<std::uint64_t> bytes;
-        if (info.used_gpu_memory != nvml_value_not_available) { bytes = info.used_gpu_memory; }
+        if (info.used_gpu_memory != abi::value_not_available) { bytes = info.used_gpu_memory; }
         // A process in more than one list (compute and graphics) is one entry: keep the larger.
         const auto seen = std::find_if(d.processes.begin(), d.processes.end(),
                                        [&info](const nvml_process& p) { return p.pid == info.pid; });
