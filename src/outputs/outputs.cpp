@@ -331,8 +331,8 @@ void announce(output_state& st, int device, device_track& track, std::int64_t no
       track.total_bytes = total;
       track.queryable = true;
       // Later samples ask NVML where it gives the same bytes: it answers without entering the
-      // process's CUDA context, which a cudaMemGetInfo goes through (and took milliseconds on
-      // the writer thread on the H200 machine). Not at the last sample: nothing is sampled after it.
+      // process's CUDA context, which a cudaMemGetInfo goes through, contending with the program's
+      // own CUDA calls. Not at the last sample: nothing is sampled after it.
       if (!last) { track.nvml = nvml_agreeing(device, free_bytes, total); }
     } else {
       static_cast<void>(cudaGetLastError());

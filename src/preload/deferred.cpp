@@ -20,7 +20,6 @@
 // up to 50 ms of them after a pause).
 #include "preload.hpp"
 
-#include "exit/kept_for_process.hpp"
 #include "util/quiet_thread.hpp"
 
 #include <gpuguard/ledger.hpp>
@@ -34,7 +33,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-#include <utility>
 
 #include <pthread.h>
 
@@ -85,7 +83,6 @@ __attribute__((tls_model("initial-exec"))) thread_local bool draining = false;
 struct drainer_state {
   std::mutex drain;  // its holder is the ring's consumer
   std::condition_variable wake;
-  std::thread* thread = nullptr;
 };
 drainer_state& drainer() {
   static auto* d = new drainer_state();
@@ -151,8 +148,9 @@ bool claim_ring() noexcept {
   if (!mode.compare_exchange_strong(expected, owned, std::memory_order_acq_rel)) { return false; }
   ring.owner = ledger_thread_id();
   try {
-    drainer().thread = detail::start_quiet_thread(drainer_main);
-    drainer().thread->detach();  // it ends when deferring does, or with the process
+    std::thread* started = detail::start_quiet_thread(drainer_main);
+    started->detach();  // it ends when deferring does, or with the process
+    delete started;
   } catch (...) {  // no thread: record at once
     mode.store(ended, std::memory_order_relaxed);
     return false;
@@ -218,7 +216,6 @@ void after_fork_parent() noexcept {
 void after_fork_child() noexcept {
   drainer_state& d = drainer();
   ring.head.store(ring.tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  detail::kept_for_process(std::exchange(d.thread, nullptr));  // the parent's
   d.drain.unlock();
   if (mode.load(std::memory_order_relaxed) != off) { mode.store(ended, std::memory_order_relaxed); }
   owns_ring = false;
