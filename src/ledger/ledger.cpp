@@ -1378,8 +1378,9 @@ void set_current_tag(tag_id tag) noexcept {
 
 void detail::note_thread_context() noexcept {
   // The first time: what a source held back was made before this tag or scope, so it is recorded
-  // now, outside them.
-  if (!thread_context_used().exchange(true, std::memory_order_acq_rel)) { catch_up(); }
+  // now, outside them. Sequentially consistent, like the source's claim that reads the flag after
+  // taking its ring: one of the two sees the other.
+  if (!thread_context_used().exchange(true, std::memory_order_seq_cst)) { catch_up(); }
 }
 
 // ---- for the rest of the core -------------------------------------------------------------------

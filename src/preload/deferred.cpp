@@ -41,6 +41,9 @@
 #endif
 
 namespace gpuguard::preload {
+
+hot_state hot;  // preload.hpp: here, with the ring whose tail it holds
+
 namespace {
 
 // One call, as the drainer records it.
@@ -59,12 +62,11 @@ static_assert(sizeof(slot) == 32, "two calls to a cache line");
 // period (1 ms) fills about 3100; the producer also wakes the drainer once every lap.
 constexpr std::uint64_t ring_slots = 8192;
 
-// Single producer (the owning thread), single consumer (whoever holds `drain`).
+// Single producer (the owning thread), single consumer (whoever holds `drain`). The producer's
+// side, the tail, is on the wrappers' own line (hot, preload.hpp).
 struct ring_state {
-  alignas(64) std::atomic<std::uint64_t> tail{0};  // the owner's
-  std::uint64_t seen_head = 0;                      // the owner's last look at `head`
-  std::uint32_t owner = 0;                          // the owner's ledger thread id
   alignas(64) std::atomic<std::uint64_t> head{0};  // the consumer's
+  std::uint32_t owner = 0;                          // the owner's ledger thread id (the consumer reads it)
   alignas(64) std::array<slot, ring_slots> slots{};
 };
 ring_state ring;
@@ -75,7 +77,8 @@ enum mode_value : int {
   owned,   // deferring the calls of the ring's owner
   ended,   // a second thread, a tag or a scope came: every call is recorded at once
 };
-std::atomic<int> mode{off};
+std::atomic<int>& mode = hot.defer_mode;
+std::atomic<std::uint64_t>& tail_of_ring = hot.ring_tail;
 __attribute__((tls_model("initial-exec"))) thread_local bool owns_ring = false;
 __attribute__((tls_model("initial-exec"))) thread_local bool draining = false;
 
@@ -89,32 +92,38 @@ drainer_state& drainer() {
   return *d;
 }
 
-void record_slot(const slot& s) noexcept {
+void record_slot(const slot& s, std::uint32_t owner) noexcept {
   if (s.is_free) {
-    static_cast<void>(record_interposed_free_as(s.ptr, s.device, ring.owner));
+    static_cast<void>(record_interposed_free_as(s.ptr, s.device, owner));
   } else {
-    record_allocation_as({s.ptr, s.bytes, s.device, s.stream, static_cast<memory_kind>(s.kind)}, s.tag, ring.owner);
+    record_allocation_as({s.ptr, s.bytes, s.device, s.stream, static_cast<memory_kind>(s.kind)}, s.tag, owner);
   }
 }
 
 // With `drain` held: records everything the ring holds. Returns whether there was anything.
 bool drain_locked() noexcept {
   std::uint64_t head = ring.head.load(std::memory_order_relaxed);
-  const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
+  const std::uint64_t tail = tail_of_ring.load(std::memory_order_acquire);
   if (head == tail) { return false; }
+  const std::uint32_t owner = ring.owner;
   draining = true;
   for (; head != tail; ++head) {
-    record_slot(ring.slots[head % ring_slots]);
+    record_slot(ring.slots[head % ring_slots], owner);
     ring.head.store(head + 1, std::memory_order_release);
   }
   draining = false;
   return true;
 }
 
-// Everything the ring holds, into the ledger, on the calling thread. The ledger's catch-up.
+// Everything the ring holds, into the ledger, on the calling thread. The ledger's catch-up: also
+// called when the process's first tag or operation scope begins, which ends deferring (the owner's
+// calls then read only the mode).
 void catch_up() noexcept {
   if (draining) { return; }  // a reading made while recording a slot
-  if (ring.head.load(std::memory_order_acquire) == ring.tail.load(std::memory_order_acquire)) { return; }
+  if (detail::thread_context_used().load(std::memory_order_seq_cst) && mode.load(std::memory_order_seq_cst) == owned) {
+    mode.store(ended, std::memory_order_seq_cst);
+  }
+  if (ring.head.load(std::memory_order_acquire) == tail_of_ring.load(std::memory_order_acquire)) { return; }
   const std::lock_guard<std::mutex> lock(drainer().drain);
   drain_locked();
 }
@@ -145,7 +154,12 @@ void end_deferring() noexcept {
 
 bool claim_ring() noexcept {
   int expected = open;
-  if (!mode.compare_exchange_strong(expected, owned, std::memory_order_acq_rel)) { return false; }
+  if (!mode.compare_exchange_strong(expected, owned, std::memory_order_seq_cst)) { return false; }
+  // A tag or scope that began before the claim, whose catch-up saw no owner yet.
+  if (detail::thread_context_used().load(std::memory_order_seq_cst)) {
+    mode.store(ended, std::memory_order_seq_cst);
+    return false;
+  }
   ring.owner = ledger_thread_id();
   try {
     std::thread* started = detail::start_quiet_thread(drainer_main);
@@ -177,12 +191,13 @@ inline void prefetch_for_write(const void* address) noexcept {
 }
 
 void push(const call_record& call) noexcept {
-  const std::uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-  if (tail - ring.seen_head >= ring_slots) {
-    ring.seen_head = ring.head.load(std::memory_order_acquire);
-    if (tail - ring.seen_head >= ring_slots) {  // the drainer fell behind: catch up here
+  const std::uint64_t tail = tail_of_ring.load(std::memory_order_relaxed);
+  std::uint64_t& seen_head = hot.ring_seen_head;
+  if (tail - seen_head >= ring_slots) {
+    seen_head = ring.head.load(std::memory_order_acquire);
+    if (tail - seen_head >= ring_slots) {  // the drainer fell behind: catch up here
       catch_up();
-      ring.seen_head = ring.head.load(std::memory_order_acquire);
+      seen_head = ring.head.load(std::memory_order_acquire);
     }
   }
   // The line eight pairs ahead, for writing: the drainer read it last, so taking it back costs a
@@ -197,8 +212,8 @@ void push(const call_record& call) noexcept {
   s.tag = call.tag;
   s.kind = static_cast<std::uint8_t>(call.kind);
   s.is_free = call.is_free;
-  ring.tail.store(tail + 1, std::memory_order_release);
-  if (tail - ring.seen_head == ring_slots / 2) { drainer().wake.notify_one(); }
+  tail_of_ring.store(tail + 1, std::memory_order_release);
+  if (tail - seen_head == ring_slots / 2) { drainer().wake.notify_one(); }
 }
 
 // fork(): no thread of the parent's but the caller exists in the child. The ring is recorded
@@ -215,7 +230,7 @@ void after_fork_parent() noexcept {
 }
 void after_fork_child() noexcept {
   drainer_state& d = drainer();
-  ring.head.store(ring.tail.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  ring.head.store(tail_of_ring.load(std::memory_order_relaxed), std::memory_order_relaxed);
   d.drain.unlock();
   if (mode.load(std::memory_order_relaxed) != off) { mode.store(ended, std::memory_order_relaxed); }
   owns_ring = false;
@@ -243,13 +258,12 @@ void start_deferring(const options& opts) noexcept {
 }
 
 bool defer(const call_record& call) noexcept {
-  const bool plain = !detail::thread_context_used().load(std::memory_order_relaxed);
   if (owns_ring) {
-    if (plain && mode.load(std::memory_order_relaxed) == owned) {
+    if (mode.load(std::memory_order_relaxed) == owned) {
       push(call);
       return true;
     }
-  } else if (plain && mode.load(std::memory_order_relaxed) == open && claim_ring()) {
+  } else if (mode.load(std::memory_order_relaxed) == open && claim_ring()) {
     push(call);
     return true;
   }

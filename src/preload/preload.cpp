@@ -44,7 +44,6 @@
 namespace gpuguard::preload {
 namespace {
 
-std::atomic<bool> recorded{false};  // this process recorded an allocation
 std::atomic<bool> started{false};
 std::atomic<bool> lookups_wrapped{false};
 // A child made by fork() inherits the parent's driver and ledger but none of its CUDA use: it
@@ -53,7 +52,7 @@ std::atomic<bool> forked_child{false};
 
 void on_fork_child() noexcept {
   forked_child.store(true, std::memory_order_relaxed);
-  recorded.store(false, std::memory_order_relaxed);
+  hot.recorded.store(false, std::memory_order_relaxed);
 }
 
 // ---- who asked: the first code outside the CUDA runtime, the driver and gpuguard ---------------
@@ -127,15 +126,13 @@ std::uint8_t classify(std::uintptr_t address) noexcept {
 
 // Whether PyTorch's CUDA library is loaded: checked again whenever the driver is being looked up
 // (a framework loads before it initialises CUDA), not on every allocation.
-std::atomic<bool> recheck_frameworks{true};
-std::atomic<bool> torch_loaded{false};
-
 bool torch_present() noexcept {
   // A plain load first: the exchange writes a cache line every thread reads.
-  if (recheck_frameworks.load(std::memory_order_relaxed) && recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
-    torch_loaded.store(::dlopen("libc10_cuda.so", RTLD_NOLOAD | RTLD_LAZY) != nullptr, std::memory_order_relaxed);
+  if (hot.recheck_frameworks.load(std::memory_order_relaxed) &&
+      hot.recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
+    hot.torch_loaded.store(::dlopen("libc10_cuda.so", RTLD_NOLOAD | RTLD_LAZY) != nullptr, std::memory_order_relaxed);
   }
-  return torch_loaded.load(std::memory_order_relaxed);
+  return hot.torch_loaded.load(std::memory_order_relaxed);
 }
 
 struct unwind_state {
@@ -206,15 +203,17 @@ void after_first_record() noexcept {
 }  // namespace
 
 void note_wrapped_lookup() noexcept {
-  if (!recheck_frameworks.load(std::memory_order_relaxed)) { recheck_frameworks.store(true, std::memory_order_relaxed); }
+  if (!hot.recheck_frameworks.load(std::memory_order_relaxed)) {
+    hot.recheck_frameworks.store(true, std::memory_order_relaxed);
+  }
   if (!lookups_wrapped.exchange(true, std::memory_order_relaxed)) { start(); }
 }
 
 void record(const void* ptr, std::size_t bytes, int device, cudaStream_t stream, memory_kind kind,
             const void* caller) noexcept {
-  if (!recorded.load(std::memory_order_relaxed)) {  // once per process: no shared write per allocation
+  if (!hot.recorded.load(std::memory_order_relaxed)) {  // once per process: no shared write per allocation
     start();
-    recorded.store(true, std::memory_order_relaxed);
+    hot.recorded.store(true, std::memory_order_relaxed);
     after_first_record();
   }
   const tag_id holder = holder_tag(caller);
@@ -278,7 +277,7 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   if (at_exit) { out += ",\"exit_status\":" + std::to_string(exit_status); }
   out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
   out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
-  out += ",\"recorded\":" + std::string(recorded.load(std::memory_order_relaxed) ? "true" : "false");
+  out += ",\"recorded\":" + std::string(hot.recorded.load(std::memory_order_relaxed) ? "true" : "false");
   out += ",\"recording\":\"" + std::string(recording_mode()) + "\"";
   out += ",\"untracked_frees\":" + std::to_string(untracked_frees());
   if (leaks != nullptr) {
@@ -371,7 +370,7 @@ void print_device_lines(const std::vector<device_figures>& devices) {
 void exit_report(int status, void* /*unused*/) {
   try {
     // In a forked child that recorded nothing, all of this is the parent's.
-    if (recorded.load(std::memory_order_relaxed)) {
+    if (hot.recorded.load(std::memory_order_relaxed)) {
       const std::vector<device_figures> devices = gather();
       const leak_report leaks = collect_leaks(0);
       write_record(figures_json(devices, true, &leaks, status));
@@ -386,7 +385,7 @@ void exit_report(int status, void* /*unused*/) {
 // A process that loaded the driver but whose allocations gpuguard could not see says so; a
 // process that never loaded it says nothing.
 void say_what_was_not_seen() {
-  if (recorded.load(std::memory_order_relaxed)) { return; }
+  if (hot.recorded.load(std::memory_order_relaxed)) { return; }
   const bool driver_loaded = ::dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY) != nullptr;
   if (!driver_loaded || forked_child.load(std::memory_order_relaxed)) { return; }
   if (!lookups_wrapped.load(std::memory_order_relaxed)) {

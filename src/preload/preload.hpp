@@ -5,12 +5,36 @@
 #include <gpuguard/memory_resource.hpp>
 #include <gpuguard/options.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
 
 namespace gpuguard::preload {
+
+// ---- what every wrapped call reads ------------------------------------------------------------
+
+/// The state a wrapped call reads, on one cache line of its own. The driver call a wrapper makes
+/// pushes the wrapper's lines out of the core's nearest cache, so each further line is a miss, paid
+/// on every call (docs/run.md, "What --track costs"). Each field belongs to the file named.
+struct alignas(64) hot_state {
+  // deferred.cpp: the ring's producer side (written by its owner only) and the deferring mode.
+  std::atomic<std::uint64_t> ring_tail{0};
+  std::uint64_t ring_seen_head = 0;  // the owner's last look at the consumer's head
+  std::atomic<int> defer_mode{0};
+  // driver_hooks.cpp: bit d, device d's default pool served a stream-ordered allocation (read at
+  // exit); whether the process has one device (-1: not asked yet).
+  std::atomic<std::uint64_t> async_devices{0};
+  std::atomic<std::int8_t> one_device{-1};
+  // preload.cpp: this process recorded an allocation; whether PyTorch's CUDA library is loaded,
+  // and whether to look for it again.
+  std::atomic<bool> recorded{false};
+  std::atomic<bool> torch_loaded{false};
+  std::atomic<bool> recheck_frameworks{true};
+};
+static_assert(sizeof(hot_state) == 64, "one cache line");
+extern hot_state hot;
 
 // ---- preload.cpp: recording -----------------------------------------------------------------
 

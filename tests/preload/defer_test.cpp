@@ -148,6 +148,19 @@ TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
   }
 }
 
+// A scope opened before CUDA was first used: its catch-up found no ring to end, so the claim
+// itself sees the scope and records at once (the owner's later calls read only the mode).
+TEST(deferred_recording, a_scope_before_the_first_call_keeps_every_call_recorded_at_once) {
+  op_scope scope("before");
+  start_deferring(options{});
+  EXPECT_FALSE(defer_allocation(1));
+  EXPECT_STREQ(recording_mode(), "at_once");
+  record_allocation_now(1);
+  EXPECT_FALSE(defer_free(1));
+  record_free_now(1);
+  EXPECT_EQ(scope.end().allocs, 1U);
+}
+
 // Calls made before the process's first operation scope opened are not counted in it: they are
 // recorded as it opens, before it reads its start.
 TEST(deferred_recording, the_first_scope_counts_only_the_calls_made_inside_it) {
