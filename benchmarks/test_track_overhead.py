@@ -60,6 +60,19 @@ def main():
     assert t.environment_for("at_once", "/p.so", {})["GPUGUARD_TRACK_DEFER"] == "0"
     assert "GPUGUARD_TRACK_DEFER" not in t.environment_for("track", "/p.so", {})
 
+    # The in-process ratio: per arm, the median of its rounds, in a table of its own; an arm whose
+    # program did not print it (the PyTorch step) has no row, and without any there is no table.
+    runs["plain"][t.IN_ONE_PROCESS] = [1.002, 0.998, 1.001]
+    runs["track"][t.IN_ONE_PROCESS] = [1.031, 1.045, 1.038]
+    within = t.in_one_process(runs)
+    assert sorted(within) == ["plain", "track"], within
+    assert within["track"]["ratio"] == 1.038 and within["plain"]["ratio"] == 1.001, within
+    table = t.table_text(dict(result, figures=t.figures(runs), in_one_process=within), args)
+    assert "| arm | own / direct | rounds |\n" in table, table
+    assert "| plain | 1.001 | 0.998 to 1.002 |\n| --track | 1.038 | 1.031 to 1.045 |\n" in table, table
+    assert "own / direct" not in t.table_text(dict(result, figures=figures), args)
+    assert t.figures(runs)["cuMemAllocAsync pair ns"]["ratio"] == figures["cuMemAllocAsync pair ns"]["ratio"]
+
     # The verdict on rounds: PASS only if every round is within the target.
     assert t.rounds_verdict([100.0, 100.0], [101.0, 102.0], 1.02)[0] == "PASS"
     assert t.rounds_verdict([100.0, 100.0], [101.0, 102.1], 1.02)[0] == "within noise"

@@ -18,6 +18,10 @@ are the nearest to a comparison of like with like (if each arm had a fast round:
 do not make sure of that). Exits 77 without a GPU, 0 otherwise; a missed target is
 reported in the table, not as a failure of this script.
 
+Each run of gpuguard_track_bench also prints the stream-ordered pair's ratio within its own
+process (its own calls against the driver's entry points, alternating batches): a second table
+gives it per arm, the process's fast or slow state falling on both sides of each ratio.
+
 --at-once adds the arm `--track` with GPUGUARD_TRACK_DEFER=0: the interposer records every call at
 once, on the calling thread, instead of handing a lone allocating thread's calls to its drainer
 (docs/run.md, "What --track costs"), so that one run shows what deferring saves.
@@ -42,6 +46,9 @@ from run_benchmarks import describe_machine, machine_words, ratio_range, rotated
 
 STEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_step.py")
 FIGURES = (("cudaMalloc pair ns", 1.02), ("cuMemAllocAsync pair ns", 1.02), ("median step ms", 1.01))
+# gpuguard_track_bench's stream-ordered pair through its own calls against the driver's entry
+# points, in alternating batches of one process: per arm, not against plain.
+IN_ONE_PROCESS = "cuMemAllocAsync pair in one process ratio"
 
 
 # The arms: how the program is started. plain and track always run; preload and run with --parts,
@@ -76,7 +83,7 @@ def measure(argv, arm, cli, preload):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode == 77:
         raise SystemExit(77)
-    found = {name: float(m.group(1)) for name, _ in FIGURES
+    found = {name: float(m.group(1)) for name in [n for n, _ in FIGURES] + [IN_ONE_PROCESS]
              for m in [re.search(re.escape(name) + r" ([0-9.]+)", done.stdout)] if m}
     if done.returncode != 0 or not found:
         raise RuntimeError(f"{command}: status {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}")
@@ -104,6 +111,30 @@ def figures(runs):
     return out
 
 
+def in_one_process(runs):
+    """Each arm's in-process ratio (its own calls against the driver's entry points): the median
+    over rounds and every round's, for the arms whose program printed it."""
+    return {arm: {"ratio": statistics.median(values[IN_ONE_PROCESS]), "round_ratios": values[IN_ONE_PROCESS]}
+            for arm, values in runs.items() if values.get(IN_ONE_PROCESS)}
+
+
+def in_one_process_text(figures):
+    if not figures:
+        return ""
+    rows = [f"| {ARM_TITLES.get(arm, arm)} | {f['ratio']:.3f} | {ratio_range(f['round_ratios'])} |"
+            for arm, f in figures.items()]
+    return "\n".join([
+        "",
+        "The stream-ordered pair in one process: the program's own calls (under `--track`, the",
+        "interposer's wrappers) against the driver's entry points, in alternating batches; the median",
+        "of the batches' ratios, per arm. A process's fast or slow state falls on both sides; plain",
+        "calls the driver both ways, so its row is what the method reads with nothing in between.",
+        "",
+        "| arm | own / direct | rounds |",
+        "| --- | ---: | ---: |",
+    ] + rows) + "\n"
+
+
 def table_text(result, args):
     parts = any("preload" in f for f in result["figures"].values())
     at_once = any("at_once" in f for f in result["figures"].values())
@@ -124,7 +155,7 @@ def table_text(result, args):
         "",
         header,
         rule,
-    ] + rows) + "\n"
+    ] + rows) + "\n" + in_one_process_text(result.get("in_one_process"))
 
 
 def main():
@@ -154,7 +185,7 @@ def main():
             f"{name}: " + ", ".join(f"{runs[arm][name][-1]:.1f} {arm}" for arm in arms)
             for name, _ in FIGURES if name in runs["plain"]), flush=True)
     result = {"date": datetime.date.today().isoformat(), "machine": describe_machine(), "rounds": args.rounds,
-              "figures": figures(runs), "per_round": runs}
+              "figures": figures(runs), "in_one_process": in_one_process(runs), "per_round": runs}
     table = table_text(result, args)
     print(table)
     if args.out:

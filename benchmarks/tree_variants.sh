@@ -12,15 +12,18 @@ variant_copy() {
   tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
 }
 
-# variant_build DIR JOBS [CXX_FLAGS]: configures DIR/src as the GPU runner does (carried packages
-# included) and builds its gpuguard_tracking_bench in DIR/build; logs in DIR.
+# variant_build DIR JOBS [CXX_FLAGS [TARGET...]]: configures DIR/src as the GPU runner does
+# (carried packages included) and builds TARGETs (default gpuguard_tracking_bench) in DIR/build;
+# logs in DIR.
 variant_build() {
   local dir=$1 jobs=$2 flags=${3:-}
+  local targets=("${@:4}")
+  if [ ${#targets[@]} -eq 0 ]; then targets=(gpuguard_tracking_bench); fi
   local prefix=()
   if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
   cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DGPUGUARD_TSAN_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" "${prefix[@]}" >"$dir/configure.log" 2>&1
-  cmake --build "$dir/build" -j "$jobs" --target gpuguard_tracking_bench >"$dir/build.log" 2>&1
+  cmake --build "$dir/build" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1
 }
 
 # variant_run DIR FILTER REPETITIONS OUT: the variant's benchmarks matching FILTER, their
