@@ -9,6 +9,8 @@
 #   base    this tree's interposer
 #   bare    this tree with the stream-ordered wrappers recording nothing: the real call alone, so
 #           what any interposer of these calls pays (a measurement only: it loses every record)
+#   nopush  this tree with the push to the ring left out (everything else a deferred call does):
+#           with base and bare, where the recording path's time goes (a measurement only)
 #   REV     the interposer of a git revision (commit, tag, branch), for a before-and-after
 # Needs a GPU; run it through the device tool after scripts/gpu-deps.sh (it builds as the GPU
 # runner does, carried packages included).
@@ -30,7 +32,7 @@ for rev in "${revisions[@]}"; do
     exit 2
   fi
 done
-variants=(base bare "${revisions[@]}")
+variants=(base bare nopush "${revisions[@]}")
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
@@ -47,7 +49,7 @@ edit_once() {
 
 prepare() {
   local v=$1 index=$2 dir="$work/v$2"
-  if [ "$index" -lt 2 ]; then
+  if [ "$index" -lt 3 ]; then
     variant_copy "$dir"
   else
     rm -rf "$dir"
@@ -59,6 +61,10 @@ prepare() {
     edit_once "$hooks" "  const CUresult status = real_fn(dptr, bytes, stream);" \
       "  const CUresult status = real_fn(dptr, bytes, stream); if (caller != nullptr) { return status; }"
     edit_once "$hooks" "  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }" ""
+  fi
+  if [ "$v" = nopush ]; then
+    edit_once "$dir/src/src/preload/deferred.cpp" "void push(const call_record& call) noexcept {" \
+      "void push(const call_record& call) noexcept { if (call.ptr != &ring) { return; }"
   fi
   variant_build "$dir" "$jobs" "" gpuguard_cli gpuguard_preload gpuguard_track_bench
 }
