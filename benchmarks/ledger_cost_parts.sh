@@ -47,42 +47,25 @@ case "$rounds" in '' | *[!0-9]* | 0) echo "ledger_cost_parts: ROUNDS must be a w
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
-# An edit that must change exactly one line of FILE, or the variant would measure nothing.
-edit_once() {
-  local file=$1 from=$2 to=$3
-  local found
-  found=$(grep -cF -- "$from" "$file" || true)
-  if [ "$found" != 1 ]; then
-    echo "ledger_cost_parts: expected one line '$from' in $file, found $found: the ledger changed, update this script" >&2
-    exit 1
-  fi
-  python3 - "$file" "$from" "$to" <<'EOF'
-import sys
-path, old, new = sys.argv[1:]
-text = open(path).read()
-open(path, "w").write(text.replace(old, new, 1))
-EOF
-}
-
-prepare() {
+prepare() {  # prepare VARIANT INDEX
   local v=$1 dir="$work/$1"
   variant_copy "$dir"
   local ledger="$dir/src/src/ledger/ledger.cpp"
   local resource="$dir/src/src/tracking/tracking_resource.cpp"
   local flags=""
   if [ "$v" = no_clock ] || [ "$v" = none ]; then
-    edit_once "$ledger" "const std::int64_t coarse_ns = detail::coarse_monotonic_ns();" "const std::int64_t coarse_ns = 0;"
+    variant_edit_once "$ledger" "const std::int64_t coarse_ns = detail::coarse_monotonic_ns();" "const std::int64_t coarse_ns = 0;"
   fi
   if [ "$v" = no_lock ] || [ "$v" = none ]; then
-    edit_once "$ledger" "while (locked.exchange(true, std::memory_order_acquire)) {" "while (false) {"
+    variant_edit_once "$ledger" "while (locked.exchange(true, std::memory_order_acquire)) {" "while (false) {"
   fi
   if [ "$v" = no_ctx ]; then
-    edit_once "$resource" "kind_ == memory_kind::device ? current_device_or_host() : host_device_id;" \
+    variant_edit_once "$resource" "kind_ == memory_kind::device ? current_device_or_host() : host_device_id;" \
       "kind_ == memory_kind::device ? (static_cast<void>(&current_device_or_host), device_) : host_device_id;"
   fi
   if [ "$v" = no_ledger ]; then
-    edit_once "$resource" "  record_allocation(allocation_event{ptr, bytes, device_, stream.get(), kind_});" ""
-    edit_once "$resource" "const free_result known = record_free(ptr, bytes, current, stream.get());" \
+    variant_edit_once "$resource" "  record_allocation(allocation_event{ptr, bytes, device_, stream.get(), kind_});" ""
+    variant_edit_once "$resource" "const free_result known = record_free(ptr, bytes, current, stream.get());" \
       "free_result known; known.known = true; known.bytes = bytes; known.device = current;"
   fi
   if [ "$v" = tls_ie ] || [ "$v" = none ]; then flags="-ftls-model=initial-exec"; fi
@@ -92,19 +75,7 @@ prepare() {
 
 echo "ledger_cost_parts: building ${#variants[@]} variants in $work ($jobs jobs each)"
 mkdir -p "$work/results"
-pids=()
-for v in "${variants[@]}"; do
-  prepare "$v" &
-  pids+=($!)
-done
-failed=0
-for i in "${!pids[@]}"; do
-  if ! wait "${pids[$i]}"; then
-    echo "ledger_cost_parts: variant ${variants[$i]} did not build: see $work/${variants[$i]}/*.log" >&2
-    failed=1
-  fi
-done
-if [ "$failed" -ne 0 ]; then exit 1; fi
+variants_prepare_all "$work" prepare "${variants[@]}"
 
 for ((r = 0; r < rounds; r++)); do
   order=("${variants[@]:r % ${#variants[@]}}" "${variants[@]:0:r % ${#variants[@]}}")

@@ -36,18 +36,7 @@ variants=(base bare nopush "${revisions[@]}")
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
-# Replaces the one line FROM of FILE with TO; anything else means the code changed under the edit.
-edit_once() {
-  local file=$1 from=$2 to=$3 found
-  found=$(grep -cF -- "$from" "$file" || true)
-  if [ "$found" != 1 ]; then
-    echo "track_variants: expected one line '$from' in $file, found $found: the interposer changed, update this script" >&2
-    exit 1
-  fi
-  python3 -c 'import sys; p, a, b = sys.argv[1:]; t = open(p).read(); open(p, "w").write(t.replace(a, b, 1))' "$file" "$from" "$to"
-}
-
-prepare() {
+prepare() {  # prepare VARIANT INDEX
   local v=$1 index=$2 dir="$work/v$2"
   if [ "$index" -lt 3 ]; then
     variant_copy "$dir"
@@ -58,12 +47,12 @@ prepare() {
   fi
   if [ "$v" = bare ]; then
     local hooks="$dir/src/src/preload/driver_hooks.cpp"
-    edit_once "$hooks" "  const CUresult status = real_fn(dptr, bytes, stream);" \
+    variant_edit_once "$hooks" "  const CUresult status = real_fn(dptr, bytes, stream);" \
       "  const CUresult status = real_fn(dptr, bytes, stream); if (caller != nullptr) { return status; }"
-    edit_once "$hooks" "  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }" ""
+    variant_edit_once "$hooks" "  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }" ""
   fi
   if [ "$v" = nopush ]; then
-    edit_once "$dir/src/src/preload/deferred.cpp" "void push(const call_record& call) noexcept {" \
+    variant_edit_once "$dir/src/src/preload/deferred.cpp" "void push(const call_record& call) noexcept {" \
       "void push(const call_record& call) noexcept { if (call.ptr != &ring) { return; }"
   fi
   variant_build "$dir" "$jobs" "" gpuguard_cli gpuguard_preload gpuguard_track_bench
@@ -71,19 +60,7 @@ prepare() {
 
 echo "track_variants: building ${#variants[@]} variants in $work ($jobs jobs each)"
 mkdir -p "$work"
-pids=()
-for i in "${!variants[@]}"; do
-  prepare "${variants[$i]}" "$i" &
-  pids+=($!)
-done
-failed=0
-for i in "${!pids[@]}"; do
-  if ! wait "${pids[$i]}"; then
-    echo "track_variants: variant ${variants[$i]} did not build: see $work/v$i/*.log" >&2
-    failed=1
-  fi
-done
-if [ "$failed" -ne 0 ]; then exit 1; fi
+variants_prepare_all "$work" prepare "${variants[@]}"
 
 bench="$work/v0/build/benchmarks/gpuguard_track_bench"
 arms=(plain "${variants[@]}")

@@ -1,7 +1,42 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # $root is the sourcing script's
 # Copies of this tree built as variants of the tracking benchmark, and their runs: what
-# ledger_cost_parts.sh and ab_tracking.sh share. Sourced, not run; needs $root, the tree's root.
+# ledger_cost_parts.sh, track_variants.sh and ab_tracking.sh share. Sourced, not run; needs $root,
+# the tree's root.
+
+variant_tool=$(basename "$0" .sh)  # the sourcing script, for messages
+
+# variant_edit_once FILE FROM TO: replaces the one line FROM of FILE with TO. Anything else means
+# the code changed under the edit, and the variant would measure nothing: exits 1.
+variant_edit_once() {
+  local file=$1 from=$2 to=$3 found
+  found=$(grep -cF -- "$from" "$file" || true)
+  if [ "$found" != 1 ]; then
+    echo "$variant_tool: expected one line '$from' in $file, found $found: the code changed, update this script" >&2
+    exit 1
+  fi
+  python3 -c 'import sys; p, a, b = sys.argv[1:]; t = open(p).read(); open(p, "w").write(t.replace(a, b, 1))' "$file" "$from" "$to"
+}
+
+# variants_prepare_all WORK PREPARE VARIANT...: runs `PREPARE VARIANT INDEX` for every variant at
+# once, in the background, and waits for them all; exits 1 naming each that failed (its folder
+# under WORK holds its configure.log and build.log).
+variants_prepare_all() {
+  local work=$1 prepare=$2
+  shift 2
+  local names=("$@") pids=() failed=0 i
+  for i in "${!names[@]}"; do
+    "$prepare" "${names[$i]}" "$i" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then
+      echo "$variant_tool: variant ${names[$i]} did not build: see its configure.log and build.log under $work" >&2
+      failed=1
+    fi
+  done
+  if [ "$failed" -ne 0 ]; then exit 1; fi
+}
 
 # variant_copy DIR: the tree, without build folders, .git and the GPU runner's output, copied to
 # DIR/src (DIR emptied first).
