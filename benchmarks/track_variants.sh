@@ -49,7 +49,7 @@ prepare() {  # prepare VARIANT INDEX
     local hooks="$dir/src/src/preload/driver_hooks.cpp"
     variant_edit_once "$hooks" "  const CUresult status = real_fn(dptr, bytes, stream);" \
       "  const CUresult status = real_fn(dptr, bytes, stream); if (caller != nullptr) { return status; }"
-    variant_edit_once "$hooks" "  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }" ""
+    variant_edit_once "$hooks" "  if (dptr != 0) { forget_async(dptr, stream); }" ""
   fi
   if [ "$v" = nopush ]; then
     variant_edit_once "$dir/src/src/preload/deferred.cpp" "void push(const call_record& call) noexcept {" \

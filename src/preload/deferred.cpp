@@ -190,6 +190,9 @@ inline void prefetch_for_write(const void* address) noexcept {
 #endif
 }
 
+// Inlined into both of its callers: the common call's (defer_common) is then one function that
+// saves no registers and builds no record in memory.
+__attribute__((always_inline)) inline
 void push(const call_record& call) noexcept {
   const std::uint64_t tail = tail_of_ring.load(std::memory_order_relaxed);
   std::uint64_t& seen_head = hot.ring_seen_head;
@@ -269,6 +272,12 @@ bool defer(const call_record& call) noexcept {
   }
   if (mode.load(std::memory_order_relaxed) != off) { end_deferring(); }
   return false;
+}
+
+bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept {
+  if (!owns_ring || mode.load(std::memory_order_relaxed) != owned) { return false; }
+  push({ptr, bytes, stream, is_free ? unknown_device : 0, untagged, memory_kind::device, is_free});
+  return true;
 }
 
 #if defined(GPUGUARD_DEFER_TESTING)

@@ -177,6 +177,9 @@ CUresult alloc_async(entry which, CUdeviceptr* dptr, std::size_t bytes, CUstream
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
   const CUresult status = real_fn(dptr, bytes, stream);
   if (status == CUDA_SUCCESS && dptr != nullptr) {
+    if (common_allocation() && defer_common(as_pointer(*dptr), bytes, reinterpret_cast<cudaStream_t>(stream), false)) {
+      return status;
+    }
     const int device = context_device();
     note_async_device(device);
     record(as_pointer(*dptr), bytes, device, reinterpret_cast<cudaStream_t>(stream), memory_kind::device, caller);
@@ -197,10 +200,16 @@ CUresult alloc_from_pool(entry which, CUdeviceptr* dptr, std::size_t bytes, CUme
   return status;
 }
 
+// A stream-ordered free, recorded before it is passed on: the common one deferred in one call.
+inline void forget_async(CUdeviceptr dptr, CUstream stream) noexcept {
+  const auto stream_id = reinterpret_cast<cudaStream_t>(stream);
+  if (!defer_common(as_pointer(dptr), 0, stream_id, true)) { forget(as_pointer(dptr), gpuguard::unknown_device, stream_id); }
+}
+
 CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
   const auto real_fn = real<decltype(&::cuMemFreeAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
-  if (dptr != 0) { forget(as_pointer(dptr), gpuguard::unknown_device, reinterpret_cast<cudaStream_t>(stream)); }
+  if (dptr != 0) { forget_async(dptr, stream); }
   return real_fn(dptr, stream);
 }
 
