@@ -173,25 +173,26 @@ bool claim_ring() noexcept {
   return true;
 }
 
-#if defined(__x86_64__)
 // PREFETCHW is older than any GPU host's CPU, but not in every x86-64: asked once (CPUID).
 bool write_prefetch_known() noexcept {
+#if defined(__x86_64__)
   unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(0x80000001U, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1U << 8U)) != 0;
-}
-const bool write_prefetch = write_prefetch_known();
+#else
+  return true;
 #endif
+}
 
 inline void prefetch_for_write(const void* address) noexcept {
 #if defined(__x86_64__)
-  if (write_prefetch) { __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address))); }
+  if (hot.write_prefetch.load(std::memory_order_relaxed)) { __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address))); }
 #else
   __builtin_prefetch(address, 1, 3);
 #endif
 }
 
-// Inlined into both of its callers: the common call's (defer_common) is then one function that
-// saves no registers and builds no record in memory.
+// Inlined into both of its callers: the common call's (defer_common) then builds no record in
+// memory.
 __attribute__((always_inline)) inline
 void push(const call_record& call) noexcept {
   const std::uint64_t tail = tail_of_ring.load(std::memory_order_relaxed);
@@ -254,6 +255,7 @@ void start_deferring(const options& opts) noexcept {
     // drainer inside the ledger holds our lock and waits for the ledger's).
     static_cast<void>(untracked_frees());
     set_ledger_catch_up(catch_up);
+    hot.write_prefetch.store(write_prefetch_known(), std::memory_order_relaxed);
     static_cast<void>(::pthread_atfork(before_fork, after_fork_parent, after_fork_child));
     int expected = off;
     mode.compare_exchange_strong(expected, open, std::memory_order_acq_rel);
@@ -274,7 +276,7 @@ bool defer(const call_record& call) noexcept {
   return false;
 }
 
-bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept {
+GPUGUARD_HOT_PATH bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept {
   if (!owns_ring || mode.load(std::memory_order_relaxed) != owned) { return false; }
   push({ptr, bytes, stream, is_free ? unknown_device : 0, untagged, memory_kind::device, is_free});
   return true;

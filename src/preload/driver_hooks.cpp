@@ -172,7 +172,7 @@ void note_pool(CUmemoryPool pool, int device) noexcept {
 
 // The device a stream's allocation lands on: the current context's (a stream of another context
 // is rare, and asking the stream costs a driver call per allocation).
-CUresult alloc_async(entry which, CUdeviceptr* dptr, std::size_t bytes, CUstream stream, const void* caller) noexcept {
+GPUGUARD_HOT_PATH CUresult alloc_async(entry which, CUdeviceptr* dptr, std::size_t bytes, CUstream stream, const void* caller) noexcept {
   const auto real_fn = real<decltype(&::cuMemAllocAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
   const CUresult status = real_fn(dptr, bytes, stream);
@@ -201,12 +201,12 @@ CUresult alloc_from_pool(entry which, CUdeviceptr* dptr, std::size_t bytes, CUme
 }
 
 // A stream-ordered free, recorded before it is passed on: the common one deferred in one call.
-inline void forget_async(CUdeviceptr dptr, CUstream stream) noexcept {
+GPUGUARD_HOT_PATH inline void forget_async(CUdeviceptr dptr, CUstream stream) noexcept {
   const auto stream_id = reinterpret_cast<cudaStream_t>(stream);
   if (!defer_common(as_pointer(dptr), 0, stream_id, true)) { forget(as_pointer(dptr), gpuguard::unknown_device, stream_id); }
 }
 
-CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
+GPUGUARD_HOT_PATH CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
   const auto real_fn = real<decltype(&::cuMemFreeAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
   if (dptr != 0) { forget_async(dptr, stream); }
@@ -365,10 +365,10 @@ GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t 
   return status;
 }
 
-GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+GPUGUARD_INTERPOSE GPUGUARD_HOT_PATH CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   return pl::alloc_async(pl::entry::cuMemAllocAsync, dptr, bytes, stream, __builtin_return_address(0));
 }
-GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+GPUGUARD_INTERPOSE GPUGUARD_HOT_PATH CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   return pl::alloc_async(pl::entry::cuMemAllocAsync_ptsz, dptr, bytes, stream, __builtin_return_address(0));
 }
 GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
@@ -388,10 +388,10 @@ GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   if (dptr != 0) { forget(pl::as_pointer(dptr), gpuguard::unknown_device, nullptr); }
   return real_fn(dptr);
 }
-GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+GPUGUARD_INTERPOSE GPUGUARD_HOT_PATH CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   return pl::free_async(pl::entry::cuMemFreeAsync, dptr, stream);
 }
-GPUGUARD_INTERPOSE CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+GPUGUARD_INTERPOSE GPUGUARD_HOT_PATH CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   return pl::free_async(pl::entry::cuMemFreeAsync_ptsz, dptr, stream);
 }
 

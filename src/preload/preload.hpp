@@ -13,6 +13,11 @@
 
 namespace gpuguard::preload {
 
+/// On the functions of the stream-ordered pair's common path: GCC places them together (.text.hot),
+/// so that after a driver call, which displaces them from the caches, the path is one short stretch
+/// of code to fetch again rather than pieces spread over the library.
+#define GPUGUARD_HOT_PATH __attribute__((hot))
+
 // ---- what every wrapped call reads ------------------------------------------------------------
 
 /// The state a wrapped call reads, on one cache line of its own: after the driver call a wrapper
@@ -32,6 +37,8 @@ struct alignas(64) hot_state {
   std::atomic<bool> recorded{false};
   std::atomic<bool> torch_loaded{false};
   std::atomic<bool> recheck_frameworks{true};
+  // deferred.cpp: whether the CPU has PREFETCHW (set before deferring starts).
+  std::atomic<bool> write_prefetch{false};
 };
 static_assert(sizeof(hot_state) == 64, "one cache line");
 extern hot_state hot;
@@ -80,7 +87,7 @@ bool defer(const call_record& call) noexcept;
 /// the ring's owner while deferring. Returns false, doing nothing, for any other call: the caller
 /// then takes record() or forget(). What a wrapper adds to the stream-ordered pair is mostly the
 /// calls it makes (docs/run.md, "What --track costs"); this path makes one.
-bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept;
+GPUGUARD_HOT_PATH bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept;
 /// "deferred" while one thread's calls are recorded later, else "at_once" (the exit record says it).
 [[nodiscard]] const char* recording_mode() noexcept;
 #if defined(GPUGUARD_DEFER_TESTING)
