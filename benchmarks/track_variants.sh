@@ -11,7 +11,9 @@
 #           what any interposer of these calls pays (a measurement only: it loses every record)
 #   nopush  this tree with the push to the ring left out (everything else a deferred call does):
 #           with base and bare, where the recording path's time goes (a measurement only)
-#   REV     the interposer of a git revision (commit, tag, branch), for a before-and-after
+#   REV     the interposer of a git revision (commit, tag, branch), for a before-and-after; or
+#           of a folder holding a source tree (`git archive REV | tar -x -C FOLDER`), where the
+#           machine's copy of the repository lacks the revision
 # Needs a GPU; run it through the device tool after scripts/gpu-deps.sh (it builds as the GPU
 # runner does, carried packages included).
 #
@@ -27,8 +29,13 @@ revisions=("${@:3}")
 . "$root/benchmarks/tree_variants.sh"
 case "$rounds" in '' | *[!0-9]* | 0) echo "track_variants: ROUNDS must be a whole number of at least 1, not '$rounds'" >&2; exit 2 ;; esac
 for rev in "${revisions[@]}"; do
-  if ! git -C "$root" rev-parse --verify --quiet "$rev^{commit}" >/dev/null; then
-    echo "track_variants: '$rev' is not a revision of this repository" >&2
+  if [ -d "$rev" ]; then
+    if [ ! -f "$rev/src/preload/deferred.cpp" ]; then
+      echo "track_variants: folder '$rev' holds no gpuguard source tree (no src/preload/deferred.cpp)" >&2
+      exit 2
+    fi
+  elif ! git -C "$root" rev-parse --verify --quiet "$rev^{commit}" >/dev/null; then
+    echo "track_variants: '$rev' is neither a revision of this repository nor a folder" >&2
     exit 2
   fi
 done
@@ -43,7 +50,11 @@ prepare() {  # prepare VARIANT INDEX
   else
     rm -rf "$dir"
     mkdir -p "$dir/src"
-    git -C "$root" archive "$v" | tar -C "$dir/src" -xf -
+    if [ -d "$v" ]; then
+      cp -R "$v/." "$dir/src/"
+    else
+      git -C "$root" archive "$v" | tar -C "$dir/src" -xf -
+    fi
   fi
   if [ "$v" = bare ]; then
     local hooks="$dir/src/src/preload/driver_hooks.cpp"
