@@ -48,7 +48,8 @@ extern hot_state hot;
 /// framework is loaded whose holders an allocation's tag is looked up for (nor is one to be
 /// looked for again).
 inline bool common_allocation() noexcept {
-  return hot.one_device.load(std::memory_order_relaxed) == 1 && (hot.async_devices.load(std::memory_order_relaxed) & 1U) != 0 &&
+  return hot.one_device.load(std::memory_order_relaxed) == 1 &&
+         (hot.async_devices.load(std::memory_order_relaxed) & 1U) != 0 &&
          !hot.torch_loaded.load(std::memory_order_relaxed) && !hot.recheck_frameworks.load(std::memory_order_relaxed);
 }
 
