@@ -253,6 +253,15 @@ if DEFER_PROGRAM:
             check(report["total_bytes"] == MIB and report["total_count"] == 1 and
                   report["misuse"]["unknown_pointer"] == 0 and report["misuse"]["double_free"] == 0,
                   name + ": 1 MiB in 1 allocation leaked, no misuse", report)
+    if not GPU:
+        # With two devices the stream-ordered pair's common path (device 0, asked nothing) is not
+        # taken: the stand-in's context is device 1's, and every deferred allocation is found there.
+        result, report, records = tracked(DEFER_PROGRAM, "defer_two_devices", {"FAKE_DRIVER_CONTEXT_DEVICE": "1"})
+        devices, record = phase_figures(result.stdout, "phase 1")
+        check(record.get("recording") == "deferred" and devices.get(1, {}).get("allocations") == 20003 and
+              devices[1].get("frees") == 20000 and devices.get(0, {}).get("allocations", 0) == 0,
+              "defer_two_devices: phase 1's deferred allocations are on the context's device (1)",
+              (devices, result.stderr[-2000:]))
     # With stacks on, each call's stack is the calling thread's: recorded at once.
     result, report, records = tracked(DEFER_PROGRAM, "defer_stacks", more_options="stacks=sampled")
     devices, record = phase_figures(result.stdout, "phase 1")
