@@ -102,10 +102,12 @@ class GPUGUARD_API op_scope {
   const op_result& end() noexcept;
 
   /// The result so far is only known at the end; this is the name and start of the scope.
-  [[nodiscard]] const op_result& result() const noexcept { return result_; }
+  [[nodiscard]] const op_result& result() const noexcept;
 
  private:
-  op_result result_;
+  mutable op_result result_;      // start_ns is filled from start_ticks_ when first asked for
+  std::int64_t start_ticks_ = 0;  // the clock's raw reading at entry
+  mutable bool start_known_ = false;
   void* thread_ = nullptr;  // the thread's gpuguard state, looked up once at entry
   op_scope* parent_ = nullptr;
   std::uint64_t allocated_at_start_ = 0;

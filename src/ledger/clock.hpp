@@ -89,4 +89,15 @@ __attribute__((always_inline)) inline std::int64_t ticks_to_ns(std::int64_t tick
   return ticks;
 }
 
+/// The time between two raw readings (their difference), in nanoseconds.
+__attribute__((always_inline)) inline std::int64_t ticks_to_duration_ns(std::int64_t ticks) noexcept {
+  static tsc_clock& clock = fast_clock();
+#if defined(__x86_64__)
+  if (clock.usable) {
+    return static_cast<std::int64_t>(static_cast<double>(ticks) * clock.ns_per_tick.load(std::memory_order_relaxed));
+  }
+#endif
+  return ticks;
+}
+
 }  // namespace gpuguard::detail

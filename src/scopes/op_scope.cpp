@@ -7,6 +7,7 @@
 #include <gpuguard/op_scope.hpp>
 
 #include "exit/kept_for_process.hpp"
+#include "ledger/clock.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs/outputs_internal.hpp"
 
@@ -123,7 +124,18 @@ op_scope::op_scope(std::string_view name) noexcept {
     nvtxRangePushA(result_.name);
     nvtx_ = true;
   }
-  result_.start_ns = detail::now_ns();  // last: the setup above is not the operation's time
+  // Last: the setup above is not the operation's time. The raw reading is converted when the
+  // start is first asked for (result(), current_op()) or at the end, not here, on the operation's
+  // way in.
+  start_ticks_ = detail::now_ticks();
+}
+
+const op_result& op_scope::result() const noexcept {
+  if (!start_known_) {
+    result_.start_ns = detail::ticks_to_ns(start_ticks_);
+    start_known_ = true;
+  }
+  return result_;
 }
 
 op_scope::~op_scope() { static_cast<void>(end()); }
@@ -131,7 +143,12 @@ op_scope::~op_scope() { static_cast<void>(end()); }
 const op_result& op_scope::end() noexcept {
   if (ended_) { return result_; }
   ended_ = true;
-  result_.duration_ns = detail::now_ns() - result_.start_ns;
+  const std::int64_t end_ticks = detail::now_ticks();
+  static_cast<void>(result());  // the start, if nothing asked for it yet
+  // One scale for both ends: the writer refines it now and then, and the start converted with
+  // the old scale would put the difference of the two scales over the clock's whole run into the
+  // duration.
+  result_.duration_ns = detail::ticks_to_duration_ns(end_ticks - start_ticks_);
   detail::thread_state& thread = *static_cast<detail::thread_state*>(thread_);
   detail::thread_memory& counts = thread.memory;
   result_.alloc_bytes = counts.allocated_bytes - allocated_at_start_;

@@ -256,6 +256,24 @@ TEST_F(op_scopes, durations_are_wall_time_in_nanoseconds) {
   EXPECT_LE(result.duration_ns, outside + 1'000'000) << "outside " << outside;
 }
 
+TEST_F(op_scopes, the_start_read_during_the_scope_is_its_recorded_start) {
+  EXPECT_EQ(gpuguard::current_op(), nullptr);
+  op_scope outer("outer");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  op_scope inner("inner");
+  const op_result* open = gpuguard::current_op();
+  ASSERT_NE(open, nullptr);
+  EXPECT_STREQ(open->name, "inner");
+  const std::int64_t inner_start = open->start_ns;
+  const std::int64_t outer_start = outer.result().start_ns;
+  EXPECT_GE(inner_start - outer_start, 2'000'000) << "the inner scope began 2 ms after the outer one";
+  const op_result& inner_end = inner.end();
+  EXPECT_EQ(inner_end.start_ns, inner_start);
+  EXPECT_STREQ(gpuguard::current_op()->name, "outer");
+  EXPECT_EQ(outer.end().start_ns, outer_start);
+  EXPECT_EQ(gpuguard::current_op(), nullptr);
+}
+
 TEST_F(op_scopes, the_macro_declares_a_named_scope_for_the_block) {
   const gpuguard::output_stats before = gpuguard::output_statistics();
   {
