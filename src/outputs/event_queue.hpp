@@ -12,6 +12,8 @@ namespace gpuguard::detail {
 
 template <class T>
 class event_queue {
+  static constexpr std::size_t cache_line = 64;
+
  public:
   /// `capacity` is rounded up to a power of two (at least 2).
   explicit event_queue(std::size_t capacity) {
@@ -41,6 +43,7 @@ class event_queue {
       const auto difference = static_cast<std::ptrdiff_t>(sequence) - static_cast<std::ptrdiff_t>(pos);
       if (difference == 0) {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          prefetch_for_write(cells_[(pos + prefetch_distance) & mask_]);
           fill(c.value);
           c.sequence.store(pos + 1, std::memory_order_release);
           position = pos;
@@ -72,10 +75,22 @@ class event_queue {
   [[nodiscard]] std::size_t consumed() const noexcept { return consumed_.load(std::memory_order_acquire); }
 
  private:
-  struct cell {
+  // Each cell starts a cache line: a producer writing one cell shares no line with the consumer
+  // reading the one before it.
+  struct alignas(cache_line) cell {
     std::atomic<std::size_t> sequence{0};
     T value{};
   };
+  // A push also asks for the lines of the cell two places on, for writing. The consumer read them
+  // last, so taking each back is a trip to the consumer's core, and the next push's
+  // compare-and-swap, a locked instruction, waits until the stores before it have their lines.
+  // Asked for early, the trips overlap the producer's own work. (On the GPU machines' 16-core
+  // hosts what queueing adds to a scope has read from about 5 to about 50 ns between runs.)
+  static constexpr std::size_t prefetch_distance = 2;
+  static void prefetch_for_write(const cell& c) noexcept {
+    const char* begin = reinterpret_cast<const char*>(&c);
+    for (std::size_t offset = 0; offset < sizeof(cell); offset += cache_line) { __builtin_prefetch(begin + offset, 1, 3); }
+  }
   std::unique_ptr<cell[]> cells_;
   std::size_t mask_ = 0;
   alignas(64) std::atomic<std::size_t> tail_{0};
