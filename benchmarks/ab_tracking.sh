@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Before and after one change, in one run on one machine: builds gpuguard_tracking_bench from the
-# tree as it is ("after") and from the tree with PATCH taken back out ("before"), then runs the
-# one-thread host pair, tracked and untracked, and, where there is a GPU, the stream-ordered pair
-# tracked and untracked in one loop (BM_cuda_async_pair/alternating), the two builds interleaved
-# round by round. For changes to the tracking hot path on machines without a profiler (the GPU
+# Before and after one change, in one run on one machine: builds gpuguard_tracking_bench and
+# gpuguard_ops_bench from the tree as it is ("after") and from the tree with PATCH taken back out
+# ("before"), then runs the one-thread host pair, tracked and untracked, where there is a GPU the
+# stream-ordered pair tracked and untracked in one loop (BM_cuda_async_pair/alternating), and the
+# operation scope's benchmarks (empty body with nvtx on and off, without the outputs, and around a
+# tracked host pair), the two builds interleaved round by round. For changes to the tracking hot path on machines without a profiler (the GPU
 # machines): make the patch with `git diff BASE -- src include > change.patch`, leave it in the
 # tree (untracked files travel with the device tool's copy), and run this there.
 #
 # usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
 # Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
-# untracked) per round and as the median of the rounds; the JSON of every run stays in
-# WORK_DIR/results.
+# untracked), and per scope (scoped minus its baseline), per round and as the median of the
+# rounds; the JSON of every run stays in WORK_DIR/results.
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
@@ -36,7 +37,7 @@ prepare() {  # prepare before|after
     fi
     patch -d "$dir/src" -R -p1 -s <"$patch_file"
   fi
-  variant_build "$dir" "$jobs"
+  variant_build "$dir" "$jobs" "" gpuguard_tracking_bench gpuguard_ops_bench
 }
 
 echo "ab_tracking: building before and after in $work"
@@ -50,11 +51,14 @@ if [ "$failed" -ne 0 ]; then echo "ab_tracking: a build failed: see $work/*/buil
 
 filter='BM_host_pair/(un)?tracked/real_time/threads:1$'
 if nvidia-smi -L >/dev/null 2>&1; then filter="$filter|BM_cuda_async_pair/alternating"; fi
+scope_filter='BM_op_scope/(baseline|scoped|scoped_nvtx_off|scoped_no_outputs)/|BM_op_scope_pair/'
 for ((r = 0; r < rounds; r++)); do
   order=(before after)
   if ((r % 2 == 1)); then order=(after before); fi
   for v in "${order[@]}"; do
     variant_run "$work/$v" "$filter" 5 "$work/results/$v-$r.json"
+    "$work/$v/build/benchmarks/gpuguard_ops_bench" --benchmark_filter="$scope_filter" --benchmark_repetitions=3 \
+      --benchmark_enable_random_interleaving=true --benchmark_format=json >"$work/results/$v-$r-scope.json" 2>/dev/null
   done
   echo "ab_tracking: round $((r + 1))/$rounds done"
 done
@@ -63,8 +67,9 @@ python3 - "$work/results" "$rounds" "$root/benchmarks" <<'EOF'
 import json, statistics, sys
 results, rounds = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, sys.argv[3])
-from variant_figures import async_pair, host_pair
+from variant_figures import async_pair, host_pair, scope_added
 runs = {v: [json.load(open(f"{results}/{v}-{r}.json")) for r in range(rounds)] for v in ("before", "after")}
+scopes = {v: [json.load(open(f"{results}/{v}-{r}-scope.json")) for r in range(rounds)] for v in ("before", "after")}
 print("| pair | build | added ns (median of rounds) | rounds | tracked / untracked |")
 print("|---|---|---:|---|---:|")
 for label, figure in (("host pair, 1 thread", host_pair), ("cudaMallocAsync pair, alternating", async_pair)):
@@ -76,4 +81,16 @@ for label, figure in (("host pair, 1 thread", host_pair), ("cudaMallocAsync pair
         ratios = [f[1] for f in found]
         print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} "
               f"| {statistics.median(ratios):.3f} |")
+print()
+print("| scope | build | added ns per scope (median of rounds) | rounds |")
+print("|---|---|---:|---|")
+for label, scoped, baseline in (("empty body, nvtx on", "BM_op_scope/scoped", "BM_op_scope/baseline"),
+                                ("empty body, nvtx off", "BM_op_scope/scoped_nvtx_off", "BM_op_scope/baseline"),
+                                ("empty body, no outputs", "BM_op_scope/scoped_no_outputs", "BM_op_scope/baseline"),
+                                ("around a tracked host pair", "BM_op_scope_pair/scoped", "BM_op_scope_pair/baseline")):
+    for v in ("before", "after"):
+        added = [scope_added(run, scoped, baseline) for run in scopes[v]]
+        if not added or any(a is None for a in added):
+            continue
+        print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} |")
 EOF

@@ -1,5 +1,6 @@
 """The figures ab_tracking.sh and ledger_cost_parts.sh read from one run of a tree variant's
-gpuguard_tracking_bench (its Google Benchmark JSON, with repetitions): what tracking adds to a pair.
+gpuguard_tracking_bench (its Google Benchmark JSON, with repetitions): what tracking adds to a pair;
+and of its gpuguard_ops_bench: what an operation scope adds to its body.
 Imported by the two scripts' summaries; plain python3."""
 
 
@@ -26,3 +27,16 @@ def async_pair(run):
     if entry is None or "tracked_ns" not in entry:
         return None
     return entry["tracked_ns"] - entry["untracked_ns"], entry["ratio"]
+
+
+def scope_added(run, scoped, baseline):
+    """Nanoseconds an operation scope adds to one body: benchmark `scoped` against `baseline`
+    (names without /manual_time) in a gpuguard_ops_bench run, each as 1e9 / items_per_second of
+    its median (items are bodies); None if either is missing or has no rate (it failed)."""
+    rates = []
+    for name in (scoped, baseline):
+        entry = median_entry(run, name + "/manual_time")
+        if entry is None or not entry.get("items_per_second"):
+            return None
+        rates.append(entry["items_per_second"])
+    return 1e9 / rates[0] - 1e9 / rates[1]
