@@ -37,8 +37,8 @@ enum class torch_mode {
   off,      ///< nothing
 };
 
-/// The largest `queue_capacity`: each slot of the output queue takes 200 bytes, all allocated and
-/// touched when the outputs start (this many: 200 MiB). A larger value set in the struct is taken
+/// The largest `queue_capacity`: each slot of the output queue takes 256 bytes, all allocated and
+/// touched when the outputs start (this many: 256 MiB). A larger value set in the struct is taken
 /// as this one.
 inline constexpr std::uint32_t max_queue_capacity = 1048576;
 
@@ -68,7 +68,7 @@ struct options {
   double alert_fraction = 0.8;           ///< key `alert_fraction`: device-full alert threshold (0 = off, else 0..1)
   double alert_hysteresis = 0.05;        ///< key `alert_hysteresis`: re-arm below threshold minus this (0..1)
   std::size_t alert_op_growth = 0;       ///< key `alert_op_growth`: alert when one scope's net growth passes this (0 = off)
-  std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..max_queue_capacity; 200 bytes each)
+  std::uint32_t queue_capacity = 16384;  ///< key `queue_capacity`: events the output queue holds (64..max_queue_capacity; 256 bytes each)
   std::uint32_t timeline_events = 64;    ///< key `timeline_events`: alloc/free lines per device per millisecond before the rest is folded into a mem_step (0 = no timeline; 0..1000000)
 
   // Exit paths (docs/hooks.md).

@@ -26,6 +26,9 @@ class event_queue {
 
   [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
 
+  /// Bytes of memory each place in the queue takes.
+  static constexpr std::size_t cell_bytes() noexcept { return sizeof(cell); }
+
   /// Copies `value` in. Returns false, changing nothing, when the queue is full. On success,
   /// `position` is the value's place in the order of all pushes (0, 1, ...).
   bool try_push(const T& value, std::size_t& position) noexcept {

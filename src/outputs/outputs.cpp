@@ -56,6 +56,7 @@ namespace {
 
 using detail::queued_op;
 using queue_type = detail::event_queue<queued_op>;
+static_assert(queue_type::cell_bytes() == 256, "docs/options.md and options.hpp give queue_capacity's memory at 256 bytes a slot");
 
 constexpr std::int64_t ms = 1000000;
 // Allocations and frees the timeline queue holds between two writer passes (56 bytes a slot,
