@@ -63,7 +63,7 @@ prepare() {  # prepare VARIANT INDEX
     variant_edit_once "$hooks" "  if (dptr != 0) { forget_async(dptr, stream); }" ""
   fi
   if [ "$v" = nopush ]; then
-    variant_edit_once "$dir/src/src/preload/deferred.cpp" "void push(const call_record& call) noexcept {" \
+    variant_edit_once "$dir/src/src/preload/ring.hpp" "void push(const call_record& call) noexcept {" \
       "void push(const call_record& call) noexcept { if (call.ptr != &ring) { return; }"
   fi
   variant_build "$dir" "$jobs" "" gpuguard_cli gpuguard_preload gpuguard_track_bench

@@ -19,6 +19,7 @@
 // the signal handler, cannot: it may miss the calls not recorded yet (the last millisecond's, or
 // up to 50 ms of them after a pause).
 #include "preload.hpp"
+#include "ring.hpp"
 
 #include "util/quiet_thread.hpp"
 
@@ -43,44 +44,16 @@
 namespace gpuguard::preload {
 
 hot_state hot;  // preload.hpp: here, with the ring whose tail it holds
+ring_state ring;
+__thread bool owns_ring __attribute__((tls_model("initial-exec"))) = false;
 
 namespace {
 
-// One call, as the drainer records it.
-struct slot {
-  const void* ptr;
-  std::size_t bytes;
-  cudaStream_t stream;
-  std::int32_t device;
-  tag_id tag;
-  std::uint8_t kind;  // a memory_kind
-  bool is_free;
-};
-static_assert(sizeof(slot) == 32, "two calls to a cache line");
-
-// 8192 calls, 256 KiB: at the fastest pairs the H200 machine makes (650 ns, two calls) one drainer
-// period (1 ms) fills about 3100; the producer also wakes the drainer once every lap.
-constexpr std::uint64_t ring_slots = 8192;
-
-// Single producer (the owning thread), single consumer (whoever holds `drain`). The producer's
-// side, the tail, is on the wrappers' own line (hot, preload.hpp).
-struct ring_state {
-  alignas(64) std::atomic<std::uint64_t> head{0};  // the consumer's
-  std::uint32_t owner = 0;                          // the owner's ledger thread id (the consumer reads it)
-  alignas(64) std::array<slot, ring_slots> slots{};
-};
-ring_state ring;
-
-enum mode_value : int {
-  off,     // not deferring (not started, not allowed, or a forked child)
-  open,    // deferring; no thread has claimed the ring yet
-  owned,   // deferring the calls of the ring's owner
-  ended,   // a second thread, a tag or a scope came: every call is recorded at once
-};
 std::atomic<int>& mode = hot.defer_mode;
 std::atomic<std::uint64_t>& tail_of_ring = hot.ring_tail;
-__attribute__((tls_model("initial-exec"))) thread_local bool owns_ring = false;
 __attribute__((tls_model("initial-exec"))) thread_local bool draining = false;
+// refresh_common's lock: a spin lock, cleared in a forked child (whose other threads are gone).
+std::atomic<bool> common_lock{false};
 
 // The drainer's state: never destroyed (it may be waiting while the process exits).
 struct drainer_state {
@@ -92,7 +65,7 @@ drainer_state& drainer() {
   return *d;
 }
 
-void record_slot(const slot& s, std::uint32_t owner) noexcept {
+void record_slot(const ring_slot& s, std::uint32_t owner) noexcept {
   if (s.is_free) {
     static_cast<void>(record_interposed_free_as(s.ptr, s.device, owner));
   } else {
@@ -122,6 +95,7 @@ void catch_up() noexcept {
   if (draining) { return; }  // a reading made while recording a slot
   if (detail::thread_context_used().load(std::memory_order_seq_cst) && mode.load(std::memory_order_seq_cst) == owned) {
     mode.store(ended, std::memory_order_seq_cst);
+    refresh_common();
   }
   if (ring.head.load(std::memory_order_acquire) == tail_of_ring.load(std::memory_order_acquire)) { return; }
   const std::lock_guard<std::mutex> lock(drainer().drain);
@@ -148,7 +122,10 @@ void drainer_main() {
 }
 
 void end_deferring() noexcept {
-  if (mode.load(std::memory_order_relaxed) != ended) { mode.store(ended, std::memory_order_relaxed); }
+  if (mode.load(std::memory_order_relaxed) != ended) {
+    mode.store(ended, std::memory_order_relaxed);
+    refresh_common();
+  }
   catch_up();
 }
 
@@ -158,6 +135,7 @@ bool claim_ring() noexcept {
   // A tag or scope that began before the claim, whose catch-up saw no owner yet.
   if (detail::thread_context_used().load(std::memory_order_seq_cst)) {
     mode.store(ended, std::memory_order_seq_cst);
+    refresh_common();
     return false;
   }
   ring.owner = ledger_thread_id();
@@ -167,9 +145,11 @@ bool claim_ring() noexcept {
     delete started;
   } catch (...) {  // no thread: record at once
     mode.store(ended, std::memory_order_relaxed);
+    refresh_common();
     return false;
   }
   owns_ring = true;
+  refresh_common();
   return true;
 }
 
@@ -181,43 +161,6 @@ bool write_prefetch_known() noexcept {
 #else
   return true;
 #endif
-}
-
-inline void prefetch_for_write(const void* address) noexcept {
-#if defined(__x86_64__)
-  if (hot.write_prefetch.load(std::memory_order_relaxed)) { __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address))); }
-#else
-  __builtin_prefetch(address, 1, 3);
-#endif
-}
-
-// Inlined into both of its callers: the common call's (defer_common) then builds no record in
-// memory.
-__attribute__((always_inline)) inline
-void push(const call_record& call) noexcept {
-  const std::uint64_t tail = tail_of_ring.load(std::memory_order_relaxed);
-  std::uint64_t& seen_head = hot.ring_seen_head;
-  if (tail - seen_head >= ring_slots) {
-    seen_head = ring.head.load(std::memory_order_acquire);
-    if (tail - seen_head >= ring_slots) {  // the drainer fell behind: catch up here
-      catch_up();
-      seen_head = ring.head.load(std::memory_order_acquire);
-    }
-  }
-  // The line eight pairs ahead, for writing: the drainer read it last, so taking it back costs a
-  // trip to the drainer's core, which a driver call's locked instructions would make this thread
-  // wait for. Prefetched now, the trip is over when the line is written.
-  prefetch_for_write(&ring.slots[(tail + 16) % ring_slots]);
-  slot& s = ring.slots[tail % ring_slots];
-  s.ptr = call.ptr;
-  s.bytes = call.bytes;
-  s.stream = call.stream;
-  s.device = call.device;
-  s.tag = call.tag;
-  s.kind = static_cast<std::uint8_t>(call.kind);
-  s.is_free = call.is_free;
-  tail_of_ring.store(tail + 1, std::memory_order_release);
-  if (tail - seen_head == ring_slots / 2) { drainer().wake.notify_one(); }
 }
 
 // fork(): no thread of the parent's but the caller exists in the child. The ring is recorded
@@ -238,6 +181,8 @@ void after_fork_child() noexcept {
   d.drain.unlock();
   if (mode.load(std::memory_order_relaxed) != off) { mode.store(ended, std::memory_order_relaxed); }
   owns_ring = false;
+  common_lock.store(false, std::memory_order_relaxed);  // a parent's thread may have held it
+  hot.common.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -276,10 +221,23 @@ bool defer(const call_record& call) noexcept {
   return false;
 }
 
-GPUGUARD_HOT_PATH bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept {
-  if (!owns_ring || mode.load(std::memory_order_relaxed) != owned) { return false; }
-  push({ptr, bytes, stream, is_free ? unknown_device : 0, untagged, memory_kind::device, is_free});
-  return true;
+void ring_full() noexcept { catch_up(); }
+
+void wake_drainer() noexcept { drainer().wake.notify_one(); }
+
+// Under a lock, so that the last of two refreshes at once, each after its own change, sees both
+// changes: without it, one that read before the other's change could store its answer last.
+void refresh_common() noexcept {
+  while (common_lock.exchange(true, std::memory_order_acquire)) {
+    while (common_lock.load(std::memory_order_relaxed)) {}
+  }
+  const bool common = mode.load(std::memory_order_relaxed) == owned &&
+                      hot.one_device.load(std::memory_order_relaxed) == 1 &&
+                      (hot.async_devices.load(std::memory_order_relaxed) & 1U) != 0 &&
+                      !hot.torch_loaded.load(std::memory_order_relaxed) &&
+                      !hot.recheck_frameworks.load(std::memory_order_relaxed);
+  hot.common.store(common, std::memory_order_relaxed);
+  common_lock.store(false, std::memory_order_release);
 }
 
 #if defined(GPUGUARD_DEFER_TESTING)

@@ -13,6 +13,7 @@
 // which variant (_v2, _ptsz) a request gets, and gpuguard wraps exactly that one. Anything else
 // (cuGetExportTable included) is passed through untouched.
 #include "preload.hpp"
+#include "ring.hpp"
 
 #include <gpuguard/ledger.hpp>
 
@@ -158,6 +159,7 @@ void note_async_device(int device) noexcept {
   const std::uint64_t bit = std::uint64_t{1} << static_cast<unsigned>(device);
   if ((hot.async_devices.load(std::memory_order_relaxed) & bit) == 0) {
     hot.async_devices.fetch_or(bit, std::memory_order_relaxed);
+    refresh_common();
   }
 }
 
@@ -177,9 +179,7 @@ GPUGUARD_HOT_PATH CUresult alloc_async(entry which, CUdeviceptr* dptr, std::size
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
   const CUresult status = real_fn(dptr, bytes, stream);
   if (status == CUDA_SUCCESS && dptr != nullptr) {
-    if (common_allocation() && defer_common(as_pointer(*dptr), bytes, reinterpret_cast<cudaStream_t>(stream), false)) {
-      return status;
-    }
+    if (defer_common_allocation(as_pointer(*dptr), bytes, reinterpret_cast<cudaStream_t>(stream))) { return status; }
     const int device = context_device();
     note_async_device(device);
     record(as_pointer(*dptr), bytes, device, reinterpret_cast<cudaStream_t>(stream), memory_kind::device, caller);
@@ -203,7 +203,7 @@ CUresult alloc_from_pool(entry which, CUdeviceptr* dptr, std::size_t bytes, CUme
 // A stream-ordered free, recorded before it is passed on: the common one deferred in one call.
 GPUGUARD_HOT_PATH inline void forget_async(CUdeviceptr dptr, CUstream stream) noexcept {
   const auto stream_id = reinterpret_cast<cudaStream_t>(stream);
-  if (!defer_common(as_pointer(dptr), 0, stream_id, true)) { forget(as_pointer(dptr), gpuguard::unknown_device, stream_id); }
+  if (!defer_common_free(as_pointer(dptr), stream_id)) { forget(as_pointer(dptr), gpuguard::unknown_device, stream_id); }
 }
 
 GPUGUARD_HOT_PATH CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
@@ -240,6 +240,7 @@ int context_device() noexcept {
   if (one < 0) {
     one = device_count() == 1 ? 1 : 0;
     hot.one_device.store(one, std::memory_order_relaxed);
+    refresh_common();
   }
   if (one == 1) { return 0; }
   const auto get = real<decltype(&::cuCtxGetDevice)>(entry::cuCtxGetDevice);

@@ -131,6 +131,7 @@ bool torch_present() noexcept {
   if (hot.recheck_frameworks.load(std::memory_order_relaxed) &&
       hot.recheck_frameworks.exchange(false, std::memory_order_acq_rel)) {
     hot.torch_loaded.store(::dlopen("libc10_cuda.so", RTLD_NOLOAD | RTLD_LAZY) != nullptr, std::memory_order_relaxed);
+    refresh_common();
   }
   return hot.torch_loaded.load(std::memory_order_relaxed);
 }
@@ -205,6 +206,7 @@ void after_first_record() noexcept {
 void note_wrapped_lookup() noexcept {
   if (!hot.recheck_frameworks.load(std::memory_order_relaxed)) {
     hot.recheck_frameworks.store(true, std::memory_order_relaxed);
+    refresh_common();
   }
   if (!lookups_wrapped.exchange(true, std::memory_order_relaxed)) { start(); }
 }

@@ -39,19 +39,19 @@ struct alignas(64) hot_state {
   std::atomic<bool> recheck_frameworks{true};
   // deferred.cpp: whether the CPU has PREFETCHW (set before deferring starts).
   std::atomic<bool> write_prefetch{false};
+  // deferred.cpp: common_allocation() and the deferring mode's `owned`, in one flag
+  // (refresh_common keeps it).
+  std::atomic<bool> common{false};
 };
 static_assert(sizeof(hot_state) == 64, "one cache line");
 extern hot_state hot;
 
-/// Whether an allocation on device 0 can skip record()'s questions: the process has one device
-/// (so every allocation is device 0's), device 0's default pool is already noted as used, and no
-/// framework is loaded whose holders an allocation's tag is looked up for (nor is one to be
-/// looked for again).
-inline bool common_allocation() noexcept {
-  return hot.one_device.load(std::memory_order_relaxed) == 1 &&
-         (hot.async_devices.load(std::memory_order_relaxed) & 1U) != 0 &&
-         !hot.torch_loaded.load(std::memory_order_relaxed) && !hot.recheck_frameworks.load(std::memory_order_relaxed);
-}
+/// Sets hot.common to whether a stream-ordered allocation on device 0 can skip record()'s questions
+/// and go to the ring: the process has one device (so every allocation is device 0's), device 0's
+/// default pool is already noted as used, no framework is loaded whose holders an allocation's tag
+/// is looked up for (nor is one to be looked for again), and a thread owns the ring. Called after
+/// each change of any of those; the wrappers read the one flag.
+void refresh_common() noexcept;
 
 // ---- preload.cpp: recording -----------------------------------------------------------------
 
@@ -82,13 +82,6 @@ void start_deferring(const options& opts) noexcept;
 /// Hands `call` to the drainer and returns true while the calling thread may defer; else returns
 /// false once everything held back is in the ledger, and the caller records `call` itself.
 bool defer(const call_record& call) noexcept;
-/// The common call of a deferring process, handed to the drainer with nothing asked first: a
-/// stream-ordered allocation of device memory on device 0 (the caller knows that it is the
-/// process's one device and that no holder is looked for: common_allocation) or a free, made by
-/// the ring's owner while deferring. Returns false, doing nothing, for any other call: the caller
-/// then takes record() or forget(). What a wrapper adds to the stream-ordered pair is mostly the
-/// calls it makes (docs/run.md, "What --track costs"); this path makes one.
-GPUGUARD_HOT_PATH bool defer_common(const void* ptr, std::size_t bytes, cudaStream_t stream, bool is_free) noexcept;
 /// "deferred" while one thread's calls are recorded later, else "at_once" (the exit record says it).
 [[nodiscard]] const char* recording_mode() noexcept;
 #if defined(GPUGUARD_DEFER_TESTING)
