@@ -200,7 +200,7 @@ CUresult alloc_from_pool(entry which, CUdeviceptr* dptr, std::size_t bytes, CUme
   return status;
 }
 
-// A stream-ordered free, recorded before it is passed on: the common one deferred in one call.
+// A stream-ordered free, recorded before it is passed on: the common one written to the ring here.
 GPUGUARD_HOT_PATH inline void forget_async(CUdeviceptr dptr, CUstream stream) noexcept {
   const auto stream_id = reinterpret_cast<cudaStream_t>(stream);
   if (!defer_common_free(as_pointer(dptr), stream_id)) { forget(as_pointer(dptr), gpuguard::unknown_device, stream_id); }

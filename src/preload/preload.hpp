@@ -39,8 +39,8 @@ struct alignas(64) hot_state {
   std::atomic<bool> recheck_frameworks{true};
   // deferred.cpp: whether the CPU has PREFETCHW (set before deferring starts).
   std::atomic<bool> write_prefetch{false};
-  // deferred.cpp: common_allocation() and the deferring mode's `owned`, in one flag
-  // (refresh_common keeps it).
+  // deferred.cpp: whether the ring's owner may write a stream-ordered allocation straight to the
+  // ring (refresh_common, below, says when and keeps it).
   std::atomic<bool> common{false};
 };
 static_assert(sizeof(hot_state) == 64, "one cache line");
