@@ -4,9 +4,10 @@
 # ("before"), then runs the one-thread host pair, tracked and untracked, where there is a GPU the
 # stream-ordered pair tracked and untracked in one loop (BM_cuda_async_pair/alternating), and the
 # operation scope's benchmarks (empty body with nvtx on and off, without the outputs, and around a
-# tracked host pair), the two builds interleaved round by round. For changes to the tracking hot path on machines without a profiler (the GPU
-# machines): make the patch with `git diff BASE -- src include > change.patch`, leave it in the
-# tree (untracked files travel with the device tool's copy), and run this there.
+# tracked host pair), the two builds interleaved round by round. For changes to the tracking hot
+# path on machines without a profiler (the GPU machines): make the patch with `git diff BASE --
+# src include > change.patch`, leave it in the tree (untracked files travel with the device
+# tool's copy), and run this there.
 #
 # usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
 # Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
@@ -14,7 +15,7 @@
 # rounds; the JSON of every run stays in WORK_DIR/results.
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -ge 1 ] && exit 0 || exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)

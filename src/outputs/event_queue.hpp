@@ -92,7 +92,9 @@ class event_queue {
   static constexpr std::size_t prefetch_distance = 2;
   static void prefetch_for_write(const cell& c) noexcept {
     const char* begin = reinterpret_cast<const char*>(&c);
-    for (std::size_t offset = 0; offset < sizeof(cell); offset += cache_line) { __builtin_prefetch(begin + offset, 1, 3); }
+    for (std::size_t offset = 0; offset < sizeof(cell); offset += cache_line) {
+      __builtin_prefetch(begin + offset, 1, 3);
+    }
   }
   std::unique_ptr<cell[]> cells_;
   std::size_t mask_ = 0;

@@ -56,12 +56,15 @@ namespace {
 
 using detail::queued_op;
 using queue_type = detail::event_queue<queued_op>;
-static_assert(queue_type::cell_bytes() == 256, "docs/options.md and options.hpp give queue_capacity's memory at 256 bytes a slot");
+static_assert(queue_type::cell_bytes() == 256,
+              "docs/options.md and options.hpp give queue_capacity's memory at 256 bytes a slot");
 
 constexpr std::int64_t ms = 1000000;
-// Allocations and frees the timeline queue holds between two writer passes (56 bytes a slot,
-// 3.5 MiB); the producers wake the writer each time a quarter of it has filled.
+// Allocations and frees the timeline queue holds between two writer passes (64 bytes a slot,
+// 4 MiB); the producers wake the writer each time a quarter of it has filled.
 constexpr std::size_t timeline_capacity = 65536;
+static_assert(detail::mem_event_queue::cell_bytes() == 64,
+              "docs/outputs.md gives the timeline queue's memory at 64 bytes a slot");
 
 struct device_track {
   bool announced = false;
