@@ -208,12 +208,7 @@ void start_deferring(const options& opts) noexcept {
 }
 
 bool defer(const call_record& call) noexcept {
-  if (owns_ring) {
-    if (mode.load(std::memory_order_relaxed) == owned) {
-      push(call);
-      return true;
-    }
-  } else if (mode.load(std::memory_order_relaxed) == open && claim_ring()) {
+  if (owner_deferring() || (!owns_ring && mode.load(std::memory_order_relaxed) == open && claim_ring())) {
     push(call);
     return true;
   }

@@ -103,11 +103,16 @@ bool defer_common_allocation(const void* ptr, std::size_t bytes, cudaStream_t st
   return true;
 }
 
+/// Whether the calling thread owns the ring and the process still defers: its calls go to the ring.
+GPUGUARD_HOT_PATH __attribute__((always_inline)) inline bool owner_deferring() noexcept {
+  return owns_ring && hot.defer_mode.load(std::memory_order_relaxed) == owned;
+}
+
 /// A free by the ring's owner while deferring, to the ring (its device is the record's, found by
 /// the drainer). False, doing nothing, for any other; the caller then takes forget().
 GPUGUARD_HOT_PATH __attribute__((always_inline)) inline
 bool defer_common_free(const void* ptr, cudaStream_t stream) noexcept {
-  if (!owns_ring || hot.defer_mode.load(std::memory_order_relaxed) != owned) { return false; }
+  if (!owner_deferring()) { return false; }
   push({ptr, 0, stream, unknown_device, untagged, memory_kind::device, true});
   return true;
 }

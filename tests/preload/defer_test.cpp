@@ -5,6 +5,7 @@
 // readers). defer_program.cpp tests the same through the preloaded library on a (fake or real)
 // driver.
 #include "preload/preload.hpp"
+#include "preload/ring.hpp"
 
 #include <gpuguard/ledger.hpp>
 #include <gpuguard/op_scope.hpp>
@@ -146,6 +147,61 @@ TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
   for (const auto& [name, figures] : snapshot(false).tags) {
     if (name == "after") { EXPECT_EQ(figures.allocations, 0U); }
   }
+}
+
+// The wrappers' one flag for the common stream-ordered allocation (ring.hpp): open only while a
+// thread owns the ring, the process has one device whose pool is noted, and no framework is
+// loaded or to be looked for; any change of those closes it, and only the owner's calls take it.
+TEST(deferred_recording, the_common_path_is_open_only_while_each_of_its_conditions_holds) {
+  start_deferring(options{});
+  hold_drainer(true);
+  hot.one_device.store(1);
+  hot.async_devices.store(1);
+  hot.recheck_frameworks.store(false);
+  refresh_common();
+  EXPECT_FALSE(hot.common.load()) << "no thread owns the ring yet";
+  ASSERT_TRUE(defer_allocation(1));  // the claim refreshes the flag
+  EXPECT_TRUE(hot.common.load());
+  EXPECT_TRUE(defer_common_allocation(address(2), bytes, nullptr));
+  bool other_thread_took_it = true;
+  std::thread([&] { other_thread_took_it = defer_common_allocation(address(3), bytes, nullptr); }).join();
+  EXPECT_FALSE(other_thread_took_it);
+
+  struct condition {
+    const char* name;
+    void (*set)(bool held);
+  };
+  const condition conditions[] = {
+      {"one device", [](bool held) { hot.one_device.store(held ? 1 : 0); }},
+      {"device 0's pool noted", [](bool held) { hot.async_devices.store(held ? 1U : 2U); }},
+      {"no framework loaded", [](bool held) { hot.torch_loaded.store(!held); }},
+      {"no framework to look for", [](bool held) { hot.recheck_frameworks.store(!held); }},
+  };
+  for (const condition& c : conditions) {
+    c.set(false);
+    refresh_common();
+    EXPECT_FALSE(hot.common.load()) << c.name << " does not hold";
+    EXPECT_FALSE(defer_common_allocation(address(4), bytes, nullptr)) << c.name << " does not hold";
+    c.set(true);
+    refresh_common();
+    EXPECT_TRUE(hot.common.load()) << c.name << " holds again";
+  }
+  EXPECT_TRUE(defer_common_free(address(2), nullptr));
+
+  // A tag ends deferring: the flag closes, and the ring's calls are recorded first.
+  const scoped_tag tag("after");
+  EXPECT_FALSE(hot.common.load());
+  EXPECT_FALSE(defer_common_allocation(address(5), bytes, nullptr));
+  EXPECT_FALSE(defer_common_free(address(1), nullptr));
+  const counters c = device_counters(device);
+  EXPECT_EQ(c.allocations, 1U);  // address(1); address(2) went to device 0
+  counters zero;
+  for (const auto& [d, figures] : snapshot(false).devices) {
+    if (d == 0) { zero = figures; }
+  }
+  EXPECT_EQ(zero.allocations, 1U);
+  EXPECT_EQ(zero.frees, 1U);
+  EXPECT_EQ(untracked_frees(), 0U);
 }
 
 // A scope opened before CUDA was first used: its catch-up found no ring to end, so the claim
