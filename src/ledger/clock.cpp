@@ -75,7 +75,6 @@ tsc_clock& fast_clock() {
 }
 
 std::int64_t now_ns() noexcept { return ticks_to_ns(now_ticks()); }
-std::int64_t clock_ticks_to_ns(std::int64_t ticks) noexcept { return ticks_to_ns(ticks); }
 
 std::int64_t clock_start_unix_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(origin().wall.time_since_epoch()).count();

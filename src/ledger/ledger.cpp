@@ -941,8 +941,7 @@ struct new_allocation {
   const allocation_event& event;
   tag_id tag;
   std::uint32_t thread;
-  std::int64_t coarse_ns;    // the live table's time: the coarse clock
-  std::int64_t event_ticks;  // the timeline's: the exact clock, read only while it is on; else -1
+  std::int64_t coarse_ns;  // the live table's time: the coarse clock
   site_id site;
   std::uint64_t sequence;
   std::uint64_t hash;
@@ -1000,8 +999,10 @@ bool record_allocation_in(ledger_state& st, shard& s, const new_allocation& a, d
   // and the live table of one instant.
   const std::size_t live = add_planned(device, device_add, event.bytes);
   add_planned(tagged, tag_add, event.bytes);
-  // Under the lock, so queued before its free (-1: the timeline came on since, read the time now).
-  detail::note_mem_event(true, *record, live, a.thread, a.event_ticks);
+  // Under the lock and after the counters' change (timeline.hpp). Stamped before the stack
+  // capture, as it was, an allocation's time could precede that change by the capture's time, and
+  // a memory sample in between read the bytes from before it at a later time.
+  detail::note_mem_event(true, *record, live, a.thread);
   count_allocation(counts, slot, a.tag, event.bytes);
   detail::thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
@@ -1027,13 +1028,11 @@ void record_allocation(const allocation_event& event) noexcept {
   ledger_state& st = state();
   detail::thread_state& mine = this_thread;
   const std::uint32_t thread = detail::thread_id(mine);
+  // The coarse clock: the exact one costs the most of anything here right after a driver call (28
+  // ns on the H100 machine), and only the timeline's events need it.
   const std::int64_t coarse_ns = detail::coarse_monotonic_ns();
-  // The exact clock costs the most of anything here right after a driver call (28 ns on the H100
-  // machine): only the timeline's events need it.
-  const std::int64_t event_ticks =
-      detail::timeline_queue.load(std::memory_order_relaxed) != nullptr ? detail::now_ticks() : -1;
   const site_id site = maybe_capture_site(st, mine);
-  const new_allocation a{event, mine.tag, thread, coarse_ns, event_ticks, site, next_sequence(mine),
+  const new_allocation a{event, mine.tag, thread, coarse_ns, site, next_sequence(mine),
                          detail::pointer_hash(event.ptr)};
   if (site != no_site) { count_site(site, event.bytes); }
   detail::thread_counts& counts = counts_of(mine);
@@ -1102,7 +1101,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       freed_live = live;
       look_at_local = live != unknown_size || tag_live != unknown_size;
       count_free(counts, freed_slot, freed_tag);
-      detail::note_mem_event(false, *slot, live, detail::thread_id(mine), -1);
+      detail::note_mem_event(false, *slot, live, detail::thread_id(mine));
       detail::thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
       ++memory.frees;

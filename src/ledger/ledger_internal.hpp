@@ -67,9 +67,6 @@ inline std::uint32_t thread_id(thread_state& state) noexcept {
 
 /// The ledger's clock: nanoseconds since it started (steady), and the wall time of its start.
 std::int64_t now_ns() noexcept;
-/// A raw reading of that clock, as the live table keeps it (allocation_record::time_ns before a
-/// snapshot converts it), in the same nanoseconds.
-std::int64_t clock_ticks_to_ns(std::int64_t ticks) noexcept;
 std::int64_t clock_start_unix_ns() noexcept;
 
 /// Refines the scale of the fast clock (see clock.hpp); the outputs' writer calls it now and then.

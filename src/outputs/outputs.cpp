@@ -357,7 +357,9 @@ void sample(output_state& st, bool last) {
     if (!track.announced) { announce(st, device, track, now, last); }
     const counters c = device_counters(device);
     detail::mem_sample s;
-    s.time_ns = now;
+    // Its own time, right after the counters: the device's announcement above may have taken
+    // milliseconds, and events the ledger recorded meanwhile are in the counters and earlier.
+    s.time_ns = detail::now_ns();
     s.device = device;
     s.live_bytes = c.current_bytes;
     s.interval_peak_bytes = std::max(detail::take_interval_peak(device), c.current_bytes);

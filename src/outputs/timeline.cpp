@@ -67,9 +67,9 @@ void fold(const mem_event& e) noexcept {
 }  // namespace
 
 void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record& record,
-                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t ticks) noexcept {
+                    std::uint64_t live_bytes, std::uint32_t thread) noexcept {
   mem_event e;
-  e.time_ns = ticks < 0 ? now_ns() : clock_ticks_to_ns(ticks);
+  e.time_ns = now_ns();
   e.address = reinterpret_cast<std::uintptr_t>(record.ptr);
   e.bytes = record.bytes;
   e.live_bytes = live_bytes;

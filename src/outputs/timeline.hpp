@@ -58,17 +58,17 @@ using mem_event_queue = event_queue<mem_event>;
 /// costs one load). Set and cleared by the outputs.
 extern std::atomic<mem_event_queue*> timeline_queue;
 
-/// Out of line: the queue is set. `ticks`: the ledger clock's raw reading the allocation was
-/// recorded with (converted here, off the path that does not queue), or < 0: take the time now.
+/// Out of line: the queue is set. The event's time is read here.
 void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record& record,
-                    std::uint64_t live_bytes, std::uint32_t thread, std::int64_t ticks) noexcept;
+                    std::uint64_t live_bytes, std::uint32_t thread) noexcept;
 
-/// Called by the ledger for every allocation and free, inside the shard's lock (so that the free
-/// of an address is queued after its allocation).
+/// Called by the ledger for every allocation and free, inside the shard's lock and after the
+/// counters' change: the free of an address is queued after its allocation, and an event's time
+/// is after the change it reports (a memory sample that read the counters before it is earlier).
 inline void note_mem_event(bool alloc, const allocation_record& record, std::uint64_t live_bytes,
-                           std::uint32_t thread, std::int64_t ticks) noexcept {
+                           std::uint32_t thread) noexcept {
   if (mem_event_queue* queue = timeline_queue.load(std::memory_order_acquire)) {
-    push_mem_event(*queue, alloc, record, live_bytes, thread, ticks);
+    push_mem_event(*queue, alloc, record, live_bytes, thread);
   }
 }
 
