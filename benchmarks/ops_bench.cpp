@@ -22,6 +22,14 @@
 //   BM_op_scope_pair/{baseline,scoped}/manual_time
 //       the same, with one allocate+deallocate of 256 bytes through gpuguard::tracking_resource
 //       on host memory as the body, so that the scope has allocations to count.
+//   BM_op_scope_alternating/{nvtx_on,nvtx_off,pair}/manual_time
+//       the empty body (nvtx=1, nvtx=0) or the pair body (nvtx=1), plain and in a scope, in one
+//       loop with the JSONL writer running: each iteration times a batch of plain bodies and a
+//       batch of scoped ones, in turn first, with flush_outputs() after the scoped batch, untimed.
+//       Counters baseline_ns and scoped_ns (the median batch of each, per body) and added_ns with
+//       added_p25 and added_p75 (the median of the iterations' own differences per body, and its
+//       quartiles). The benchmarks above compare two benchmarks run at different moments; a
+//       difference taken within one iteration sees both under the same state of the machine.
 //   BM_op_scope_latency/{baseline,scoped}/manual_time
 //       as BM_op_scope/{baseline,scoped}, but each body is timed on its own with two
 //       steady_clock reads: counters p50_ns, p99_ns, p999_ns and max_ns over all bodies of the run
@@ -46,6 +54,7 @@
 #include <gpuguard/outputs.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
+#include "bench_stats.hpp"
 #include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
@@ -321,6 +330,56 @@ void BM_op_scope_pair_scoped(benchmark::State& state) {
   batches(state, sink_mode::jsonl_dev_null, true, true, scoped<pair_body>{});
 }
 
+/// Nanoseconds per body of one batch of `batch` bodies.
+template <class Body>
+double batch_ns(Body& body) {
+  const bench_clock::time_point start = bench_clock::now();
+  for (std::size_t i = 0; i < batch; ++i) { body(); }
+  const std::chrono::duration<double, std::nano> took = bench_clock::now() - start;
+  return took.count() / static_cast<double>(batch);
+}
+
+template <class Body>
+void alternating(benchmark::State& state, bool nvtx) {
+  outputs_run run(state, sink_mode::jsonl_dev_null, nvtx);
+  Body plain;
+  scoped<Body> wrapped;
+  std::vector<double> baseline_ns;
+  std::vector<double> scoped_ns;
+  std::vector<double> added;
+  bool scoped_first = false;
+  for (auto _ : state) {
+    double b = 0;
+    double s = 0;
+    if (scoped_first) {
+      s = batch_ns(wrapped);
+      if (!run.flush()) { break; }
+      b = batch_ns(plain);
+    } else {
+      b = batch_ns(plain);
+      s = batch_ns(wrapped);
+      if (!run.flush()) { break; }
+    }
+    scoped_first = !scoped_first;
+    state.SetIterationTime((b + s) * static_cast<double>(batch) * 1e-9);
+    baseline_ns.push_back(b);
+    scoped_ns.push_back(s);
+    added.push_back(s - b);
+  }
+  if (!run.ok() || added.empty()) { return; }
+  state.SetItemsProcessed(static_cast<std::int64_t>(scopes_in(state, 2 * batch)));
+  state.counters["baseline_ns"] = gpuguard_bench::quantile(baseline_ns, 0.5);
+  state.counters["scoped_ns"] = gpuguard_bench::quantile(scoped_ns, 0.5);
+  state.counters["added_p25"] = gpuguard_bench::quantile(added, 0.25);
+  state.counters["added_ns"] = gpuguard_bench::quantile(added, 0.5);
+  state.counters["added_p75"] = gpuguard_bench::quantile(added, 0.75);
+  run.check(static_cast<std::uint64_t>(scoped_ns.size()) * batch);
+}
+
+void BM_op_scope_alternating_nvtx_on(benchmark::State& state) { alternating<empty_body>(state, true); }
+void BM_op_scope_alternating_nvtx_off(benchmark::State& state) { alternating<empty_body>(state, false); }
+void BM_op_scope_alternating_pair(benchmark::State& state) { alternating<pair_body>(state, true); }
+
 // ---- 2. the latency of each scope while the writer works -----------------------------------------
 std::int64_t percentile(std::vector<std::int64_t>& values, double fraction) {
   const auto index = static_cast<std::size_t>(fraction * static_cast<double>(values.size() - 1));
@@ -402,6 +461,9 @@ void register_benchmarks() {
   batched("BM_op_scope/scoped_no_outputs", BM_op_scope_scoped_no_outputs);
   batched("BM_op_scope_pair/baseline", BM_op_scope_pair_baseline);
   batched("BM_op_scope_pair/scoped", BM_op_scope_pair_scoped);
+  batched("BM_op_scope_alternating/nvtx_on", BM_op_scope_alternating_nvtx_on);
+  batched("BM_op_scope_alternating/nvtx_off", BM_op_scope_alternating_nvtx_off);
+  batched("BM_op_scope_alternating/pair", BM_op_scope_alternating_pair);
   batched("BM_op_scope_latency/baseline", BM_op_scope_latency_baseline);
   batched("BM_op_scope_latency/scoped", BM_op_scope_latency_scoped);
   benchmark::RegisterBenchmark("BM_jsonl_sink/file", BM_jsonl_sink_file)->UseRealTime();

@@ -122,6 +122,14 @@ SCOPE_TARGETS = [
     ("Producer with the JSONL writer busy / with no sink at all: time per scope (nvtx=1)",
      SCOPE_NO_SINK, SCOPE_SCOPED, None),
 ]
+SCOPE_ALTERNATING_HEADING = ("Operation scope, plain and scoped batches alternating in one loop, JSONL "
+                             "writer running: added time per scope")
+# (benchmark, body, limit ns): the median of the iterations' own differences <= limit.
+SCOPE_ALTERNATING = [
+    ("BM_op_scope_alternating/nvtx_on/manual_time", "empty, nvtx=1", 100.0),
+    ("BM_op_scope_alternating/nvtx_off/manual_time", "empty, nvtx=0", 100.0),
+    ("BM_op_scope_alternating/pair/manual_time", "a tracked 256 B host pair, nvtx=1", 100.0),
+]
 LATENCY_HEADING = ("Latency of each scope while the writer drains the queue (empty body, nvtx=1, "
                    "JSONL writer running)")
 LATENCY_COUNTERS = (("p50_ns", "p50"), ("p99_ns", "p99"), ("p999_ns", "p99.9"), ("max_ns", "max"))
@@ -502,6 +510,38 @@ def scope_table(results, heading, baseline_name, measured_name, limit):
     return lines
 
 
+def scope_alternating_table(results):
+    """The scope's three figures measured in one loop each: every iteration times a batch of plain
+    bodies and a batch of scoped ones, and the benchmark's counters hold the median batch of each
+    and the median of the iterations' own differences, with its quartiles. The verdict judges that
+    median difference. A run from before the benchmarks existed gets no table."""
+    if not any(name in results for name, _, _ in SCOPE_ALTERNATING):
+        return []
+    lines = ["### " + SCOPE_ALTERNATING_HEADING, "",
+             "Each iteration times a batch of 8192 plain bodies and a batch of 8192 scoped ones, in "
+             "turn first; the added time is the median of the iterations' own differences per body "
+             "(median of the repetitions), so drift between the separate benchmarks above does not "
+             "enter it.", "",
+             "| benchmark | body | baseline ns | scoped ns | added ns | quartiles of added ns | target "
+             "| verdict |",
+             "| --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+    needed = ("baseline_ns", "scoped_ns", "added_ns", "added_p25", "added_p75")
+    for name, body, limit in SCOPE_ALTERNATING:
+        result = lookup(results, name)
+        target = "<= %g ns" % limit
+        reason = result.not_run
+        if reason is None and any(k not in result.counters for k in needed):
+            reason = "no difference counters in this run"
+        if reason:
+            lines.append("| `%s` | %s | - | - | - | - | %s | not run (%s) |" % (name, body, target, reason))
+            continue
+        c = result.counters
+        lines.append("| `%s` | %s | %s | %s | %+.1f | %+.1f to %+.1f | %s | %s |"
+                     % (name, body, ns(c["baseline_ns"]), ns(c["scoped_ns"]), c["added_ns"],
+                        c["added_p25"], c["added_p75"], target, verdict(c["added_ns"] <= limit)))
+    return lines
+
+
 def latency_table(results):
     lines = ["### " + LATENCY_HEADING, "",
              "Each body timed on its own with two steady_clock reads, over every body of the run; "
@@ -593,6 +633,9 @@ def ops_tables(results):
              "The verdicts judge the wall time.", ""]
     for heading, baseline, measured, limit in SCOPE_TARGETS:
         lines += scope_table(results, heading, baseline, measured, limit) + [""]
+    alternating = scope_alternating_table(results)
+    if alternating:
+        lines += alternating + [""]
     lines += producer_table(results) + [""]
     lines += latency_table(results) + [""]
     lines += writer_table(results) + [""]

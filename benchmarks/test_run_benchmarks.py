@@ -364,12 +364,13 @@ def check_programs(tmp, doc, sample):
 ALTERNATING = "BM_cuda_async_pair/alternating/real_time"
 
 
-def with_alternating(document, counters, error=None):
-    """`document` with the alternating stream-ordered benchmark added: its median aggregate with
-    `counters`, or, given `error`, the iteration entries of a run that failed with it."""
+def with_alternating(document, counters, error=None, name=ALTERNATING, family_index=40):
+    """`document` with an alternating benchmark added (the stream-ordered pair's unless `name`
+    says another): its median aggregate with `counters`, or, given `error`, the iteration entries
+    of a run that failed with it."""
     out = copy.deepcopy(document)
-    base = {"name": ALTERNATING, "family_index": 40, "per_family_instance_index": 0,
-            "run_name": ALTERNATING, "repetitions": 3, "threads": 1, "time_unit": "ns"}
+    base = {"name": name, "family_index": family_index, "per_family_instance_index": 0,
+            "run_name": name, "repetitions": 3, "threads": 1, "time_unit": "ns"}
     if error:
         for repetition in range(3):
             out["benchmarks"].append(dict(base, run_type="iteration", repetition_index=repetition,
@@ -402,6 +403,35 @@ def check_alternating(tmp, doc, out):
     assert "| `%s` | 45000.0 |" % ALTERNATING in medians, medians  # it ran: only its table lacks figures
     text = run(tmp, with_alternating(doc, {}, error="no CUDA device"), out)
     assert row(text, "`%s`" % ALTERNATING).endswith("| <= 1.1 | %s |" % NO_GPU), text
+
+
+SCOPE_ALTERNATING = ["BM_op_scope_alternating/%s/manual_time" % body for body in ("nvtx_on", "nvtx_off", "pair")]
+
+
+def check_scope_alternating(tmp, doc, out):
+    heading = "### Operation scope, plain and scoped batches alternating in one loop"
+    # A run from before the benchmarks existed (sample.json) has no such table.
+    text = run(tmp, doc, out)
+    assert heading not in text and "BM_op_scope_alternating" not in text, text
+    counters = {"baseline_ns": 0.4, "scoped_ns": 72.25, "added_ns": 71.9, "added_p25": 70.04,
+                "added_p75": 74.5}
+    with_all = doc
+    for index, name in enumerate(SCOPE_ALTERNATING):
+        added = dict(counters, added_ns=100.05) if "pair" in name else counters
+        with_all = with_alternating(with_all, added, name=name, family_index=60 + index)
+    text = run(tmp, with_all, out)
+    assert heading in text, text
+    # The median difference is the figure and the verdict; the two medians and quartiles beside it.
+    assert row(text, "`%s`" % SCOPE_ALTERNATING[0]) == (
+        "| `%s` | empty, nvtx=1 | 0.4 | 72.2 | +71.9 | +70.0 to +74.5 | <= 100 ns | PASS |"
+        % SCOPE_ALTERNATING[0]), text
+    assert row(text, "`%s`" % SCOPE_ALTERNATING[2]).endswith("| +100.0 | +70.0 to +74.5 | <= 100 ns | MISS |"), text
+    # One of the three missing from a run, one without its counters: each says so, not a figure.
+    partial = with_alternating(with_alternating(doc, counters, name=SCOPE_ALTERNATING[0], family_index=60),
+                               {"added_ns": 1.0}, name=SCOPE_ALTERNATING[1], family_index=61)
+    text = run(tmp, partial, out)
+    assert row(text, "`%s`" % SCOPE_ALTERNATING[1]).endswith("not run (no difference counters in this run) |"), text
+    assert row(text, "`%s`" % SCOPE_ALTERNATING[2]).endswith("| <= 100 ns | not run (not in this run) |"), text
 
 
 def check_shard_sharing_line(tmp, doc, out):
@@ -452,6 +482,7 @@ def main():
         check_clock_line(tmp, doc, out)
         check_shard_sharing_line(tmp, doc, out)
         check_alternating(tmp, doc, out)
+        check_scope_alternating(tmp, doc, out)
 
         # --append-section replaces its own section, keeps the others and their order.
         with open(out, "w") as f:

@@ -53,6 +53,7 @@
 #include <gpuguard/tracking_resource.hpp>
 
 #include "ledger/shard_hash.hpp"
+#include "bench_stats.hpp"
 #include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
@@ -246,13 +247,6 @@ double batch_ns(gpuguard::memory_resource& resource, gpuguard::stream_view strea
   return took.count() / count;
 }
 
-/// The value below which a fraction `q` of `values` lies (nearest rank); `values` is sorted here.
-double quantile(std::vector<double>& values, double q) {
-  std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(std::lround(q * static_cast<double>(values.size() - 1)));
-  return values[rank];
-}
-
 void BM_cuda_async_pair_alternating(benchmark::State& state) {
   if (!gpu_or_skip(state)) { return; }
   constexpr int batch = 32;
@@ -285,11 +279,11 @@ void BM_cuda_async_pair_alternating(benchmark::State& state) {
   stream.synchronize();
   state.SetItemsProcessed(state.iterations() * 2 * batch);
   if (ratios.empty()) { return; }
-  state.counters["untracked_ns"] = quantile(untracked_ns, 0.5);
-  state.counters["tracked_ns"] = quantile(tracked_ns, 0.5);
-  state.counters["ratio_p25"] = quantile(ratios, 0.25);
-  state.counters["ratio"] = quantile(ratios, 0.5);
-  state.counters["ratio_p75"] = quantile(ratios, 0.75);
+  state.counters["untracked_ns"] = gpuguard_bench::quantile(untracked_ns, 0.5);
+  state.counters["tracked_ns"] = gpuguard_bench::quantile(tracked_ns, 0.5);
+  state.counters["ratio_p25"] = gpuguard_bench::quantile(ratios, 0.25);
+  state.counters["ratio"] = gpuguard_bench::quantile(ratios, 0.5);
+  state.counters["ratio_p75"] = gpuguard_bench::quantile(ratios, 0.75);
 }
 
 void BM_cuda_get_device(benchmark::State& state) {
