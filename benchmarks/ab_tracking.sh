@@ -4,10 +4,10 @@
 # ("before"), then runs the one-thread host pair, tracked and untracked, where there is a GPU the
 # stream-ordered pair tracked and untracked in one loop (BM_cuda_async_pair/alternating), and the
 # operation scope's benchmarks (empty body with nvtx on and off, without the outputs, and around a
-# tracked host pair), the two builds interleaved round by round. For changes to the tracking hot
-# path on machines without a profiler (the GPU machines): make the patch with `git diff BASE --
-# src include > change.patch`, leave it in the tree (untracked files travel with the device
-# tool's copy), and run this there.
+# tracked host pair; those with outputs also in one loop, BM_op_scope_alternating), the two builds
+# interleaved round by round. For changes to the tracking hot path on machines without a profiler
+# (the GPU machines): make the patch with `git diff BASE -- src include > change.patch`, leave it
+# in the tree (untracked files travel with the device tool's copy), and run this there.
 #
 # usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
 # Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
@@ -52,7 +52,7 @@ if [ "$failed" -ne 0 ]; then echo "ab_tracking: a build failed: see $work/*/buil
 
 filter='BM_host_pair/(un)?tracked/real_time/threads:1$'
 if nvidia-smi -L >/dev/null 2>&1; then filter="$filter|BM_cuda_async_pair/alternating"; fi
-scope_filter='BM_op_scope/(baseline|scoped|scoped_nvtx_off|scoped_no_outputs)/|BM_op_scope_pair/'
+scope_filter='BM_op_scope/(baseline|scoped|scoped_nvtx_off|scoped_no_outputs)/|BM_op_scope_pair/|BM_op_scope_alternating/'
 for ((r = 0; r < rounds; r++)); do
   order=(before after)
   if ((r % 2 == 1)); then order=(after before); fi
@@ -68,7 +68,7 @@ python3 - "$work/results" "$rounds" "$root/benchmarks" <<'EOF'
 import json, statistics, sys
 results, rounds = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, sys.argv[3])
-from variant_figures import async_pair, host_pair, scope_added
+from variant_figures import async_pair, host_pair, scope_added, scope_alternating
 runs = {v: [json.load(open(f"{results}/{v}-{r}.json")) for r in range(rounds)] for v in ("before", "after")}
 scopes = {v: [json.load(open(f"{results}/{v}-{r}-scope.json")) for r in range(rounds)] for v in ("before", "after")}
 print("| pair | build | added ns (median of rounds) | rounds | tracked / untracked |")
@@ -91,6 +91,13 @@ for label, scoped, baseline in (("empty body, nvtx on", "BM_op_scope/scoped", "B
                                 ("around a tracked host pair", "BM_op_scope_pair/scoped", "BM_op_scope_pair/baseline")):
     for v in ("before", "after"):
         added = [scope_added(run, scoped, baseline) for run in scopes[v]]
+        if not added or any(a is None for a in added):
+            continue
+        print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} |")
+for label, body in (("in one loop, empty body, nvtx on", "nvtx_on"), ("in one loop, empty body, nvtx off", "nvtx_off"),
+                    ("in one loop, around a tracked host pair", "pair")):
+    for v in ("before", "after"):
+        added = [scope_alternating(run, body) for run in scopes[v]]
         if not added or any(a is None for a in added):
             continue
         print(f"| {label} | {v} | {statistics.median(added):+.1f} | {', '.join(f'{a:+.1f}' for a in added)} |")

@@ -23,6 +23,8 @@ def main():
         median("BM_op_scope/baseline/manual_time", items_per_second=1e9 / 2.0),
         median("BM_op_scope/scoped/manual_time", items_per_second=1e9 / 80.0),
         median("BM_op_scope/scoped_nvtx_off/manual_time", items_per_second=0.0),
+        median("BM_op_scope_alternating/nvtx_on/manual_time", added_ns=71.5, scoped_ns=72.0),
+        median("BM_op_scope_alternating/nvtx_off/manual_time", items_per_second=0.0),
     ]}
     assert v.host_pair(run) == (40.0, 3.0), v.host_pair(run)
     assert v.async_pair(run) == (60.0, 1.1), v.async_pair(run)
@@ -31,6 +33,9 @@ def main():
     # A failed benchmark (no rate) or a missing one gives no figure rather than a wrong one.
     assert v.scope_added(run, "BM_op_scope/scoped_nvtx_off", "BM_op_scope/baseline") is None
     assert v.scope_added(run, "BM_op_scope_pair/scoped", "BM_op_scope_pair/baseline") is None
+    # The scope in one loop: its own counter, or nothing where it failed or did not run.
+    assert v.scope_alternating(run, "nvtx_on") == 71.5, v.scope_alternating(run, "nvtx_on")
+    assert v.scope_alternating(run, "nvtx_off") is None and v.scope_alternating(run, "pair") is None
     # Without a GPU the stream-ordered benchmark skips: no counters.
     skipped = {"benchmarks": [median("BM_cuda_async_pair/alternating/real_time", real_time=0.0)]}
     assert v.async_pair(skipped) is None and v.host_pair(skipped) is None

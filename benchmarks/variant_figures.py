@@ -40,3 +40,13 @@ def scope_added(run, scoped, baseline):
             return None
         rates.append(entry["items_per_second"])
     return 1e9 / rates[0] - 1e9 / rates[1]
+
+
+def scope_alternating(run, body):
+    """Nanoseconds an operation scope adds to one body timed in one loop:
+    BM_op_scope_alternating/`body` (nvtx_on, nvtx_off, pair), the median of its iterations'
+    differences; None if it is missing or has no such counter (it failed)."""
+    entry = median_entry(run, "BM_op_scope_alternating/%s/manual_time" % body)
+    if entry is None or "added_ns" not in entry:
+        return None
+    return entry["added_ns"]
