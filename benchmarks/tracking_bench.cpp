@@ -52,8 +52,8 @@
 #include <gpuguard/stream.hpp>
 #include <gpuguard/tracking_resource.hpp>
 
-#include "ledger/shard_hash.hpp"
 #include "bench_stats.hpp"
+#include "ledger/shard_hash.hpp"
 #include "malloc_resource.hpp"
 
 #include <benchmark/benchmark.h>
