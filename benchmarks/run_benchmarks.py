@@ -264,14 +264,28 @@ def programs_in(document, results):
 
 
 # ---- the machine ------------------------------------------------------------------------------------
+def threads_per_core(cpuinfo):
+    """Hardware threads per physical core from /proc/cpuinfo's text (its first processor's
+    "siblings" over "cpu cores"), or None where it does not say. The 16-thread host benchmark
+    scales differently where two of its threads share a core."""
+    siblings = re.search(r"^siblings\s*:\s*(\d+)\s*$", cpuinfo, re.M)
+    cores = re.search(r"^cpu cores\s*:\s*(\d+)\s*$", cpuinfo, re.M)
+    if not siblings or not cores or int(cores.group(1)) == 0:
+        return None
+    return max(int(siblings.group(1)) // int(cores.group(1)), 1)
+
+
 def describe_machine():
-    """CPU model, core count and GPUs of this machine (never the host name)."""
+    """CPU model, core count, threads per core and GPUs of this machine (never the host name)."""
     cpu = "unknown CPU"
+    per_core = None
     try:
         with open("/proc/cpuinfo") as f:
-            match = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
-            if match:
-                cpu = match.group(1).strip()
+            cpuinfo = f.read()
+        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+        if match:
+            cpu = match.group(1).strip()
+        per_core = threads_per_core(cpuinfo)
     except OSError:
         pass
     gpus = []
@@ -284,7 +298,7 @@ def describe_machine():
                 gpus.append({"name": name.strip(), "driver": driver.strip()})
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count() or 0, "gpus": gpus}
+    return {"cpu": cpu, "cores": os.cpu_count() or 0, "threads_per_core": per_core, "gpus": gpus}
 
 
 def machine_words(machine):
@@ -298,7 +312,9 @@ def machine_lines(document):
     machine = context.get("gpuguard_machine")
     lines = []
     if machine:
-        lines.append("- CPU: %s, %d logical cores" % (machine["cpu"], machine["cores"]))
+        per_core = machine.get("threads_per_core")
+        lines.append("- CPU: %s, %d logical cores%s" % (machine["cpu"], machine["cores"],
+                                                         " (%d threads a core)" % per_core if per_core else ""))
         if machine["gpus"]:
             names = {}
             for gpu in machine["gpus"]:

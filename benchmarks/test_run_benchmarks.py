@@ -405,6 +405,22 @@ def check_alternating(tmp, doc, out):
     assert row(text, "`%s`" % ALTERNATING).endswith("| <= 1.1 | %s |" % NO_GPU), text
 
 
+def check_threads_per_core(tmp, doc, out):
+    """Threads per core: read from /proc/cpuinfo's text, and written beside the core count when the
+    JSON has it (a run from before it was recorded shows the line as it was)."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import run_benchmarks  # noqa: E402
+    block = "processor\t: 0\nmodel name\t: X\nsiblings\t: %s\ncore id\t\t: 0\ncpu cores\t: %s\n\n"
+    assert run_benchmarks.threads_per_core(block % (16, 8) + block % (16, 8)) == 2
+    assert run_benchmarks.threads_per_core(block % (16, 16)) == 1
+    assert run_benchmarks.threads_per_core("processor\t: 0\nmodel name\t: X\n") is None  # not said (a VM)
+    assert run_benchmarks.threads_per_core(block % (4, 0)) is None
+    recorded = copy.deepcopy(doc)
+    recorded["context"]["gpuguard_machine"]["threads_per_core"] = 2
+    text = run(tmp, recorded, out)
+    assert "- CPU: Intel(R) Xeon(R) Processor, 16 logical cores (2 threads a core)\n" in text, text
+
+
 SCOPE_ALTERNATING = ["BM_op_scope_alternating/%s/manual_time" % body for body in ("nvtx_on", "nvtx_off", "pair")]
 
 
@@ -483,6 +499,7 @@ def main():
         check_shard_sharing_line(tmp, doc, out)
         check_alternating(tmp, doc, out)
         check_scope_alternating(tmp, doc, out)
+        check_threads_per_core(tmp, doc, out)
 
         # --append-section replaces its own section, keeps the others and their order.
         with open(out, "w") as f:
