@@ -267,16 +267,23 @@ class producer_meter {
   std::int64_t involuntary_ = 0;
 };
 
+/// Nanoseconds per body of one batch of `batch` bodies.
+template <class Body>
+double batch_ns(Body& body) {
+  const bench_clock::time_point start = bench_clock::now();
+  for (std::size_t i = 0; i < batch; ++i) { body(); }
+  const std::chrono::duration<double, std::nano> took = bench_clock::now() - start;
+  return took.count() / static_cast<double>(batch);
+}
+
 /// One batch of `batch` bodies: the iteration time is the batch's wall time; producer_meter adds
 /// what the thread did.
 template <class Body>
 void time_batch(benchmark::State& state, producer_meter& meter, Body& body) {
   meter.start();
-  const bench_clock::time_point start = bench_clock::now();
-  for (std::size_t i = 0; i < batch; ++i) { body(); }
-  const bench_clock::time_point stop = bench_clock::now();
+  const double per_body = batch_ns(body);
   meter.stop();
-  state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+  state.SetIterationTime(per_body * static_cast<double>(batch) * 1e-9);
 }
 
 /// Batches of bodies with the outputs running, each batch timed alone; flush_outputs() between
@@ -328,15 +335,6 @@ void BM_op_scope_pair_baseline(benchmark::State& state) {
 }
 void BM_op_scope_pair_scoped(benchmark::State& state) {
   batches(state, sink_mode::jsonl_dev_null, true, true, scoped<pair_body>{});
-}
-
-/// Nanoseconds per body of one batch of `batch` bodies.
-template <class Body>
-double batch_ns(Body& body) {
-  const bench_clock::time_point start = bench_clock::now();
-  for (std::size_t i = 0; i < batch; ++i) { body(); }
-  const std::chrono::duration<double, std::nano> took = bench_clock::now() - start;
-  return took.count() / static_cast<double>(batch);
 }
 
 template <class Body>
