@@ -313,8 +313,8 @@ def machine_lines(document):
     lines = []
     if machine:
         per_core = machine.get("threads_per_core")
-        lines.append("- CPU: %s, %d logical cores%s" % (machine["cpu"], machine["cores"],
-                                                         " (%d threads a core)" % per_core if per_core else ""))
+        threads = "" if not per_core else " (1 thread a core)" if per_core == 1 else " (%d threads a core)" % per_core
+        lines.append("- CPU: %s, %d logical cores%s" % (machine["cpu"], machine["cores"], threads))
         if machine["gpus"]:
             names = {}
             for gpu in machine["gpus"]:

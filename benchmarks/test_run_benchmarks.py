@@ -419,6 +419,9 @@ def check_threads_per_core(tmp, doc, out):
     recorded["context"]["gpuguard_machine"]["threads_per_core"] = 2
     text = run(tmp, recorded, out)
     assert "- CPU: Intel(R) Xeon(R) Processor, 16 logical cores (2 threads a core)\n" in text, text
+    recorded["context"]["gpuguard_machine"]["threads_per_core"] = 1
+    text = run(tmp, recorded, out)
+    assert "- CPU: Intel(R) Xeon(R) Processor, 16 logical cores (1 thread a core)\n" in text, text
 
 
 SCOPE_ALTERNATING = ["BM_op_scope_alternating/%s/manual_time" % body for body in ("nvtx_on", "nvtx_off", "pair")]
