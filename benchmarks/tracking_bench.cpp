@@ -260,10 +260,18 @@ void BM_cuda_async_pair_alternating(benchmark::State& state) {
   std::vector<double> untracked_ns;
   std::vector<double> tracked_ns;
   std::vector<double> ratios;
-  gpuguard_bench::in_turn timed;
+  bool tracked_first = false;
   for (auto _ : state) {
-    const auto [u, t] = timed([&] { return batch_ns(untracked, stream, batch); },
-                              [&] { return batch_ns(tracked, stream, batch); });
+    double u = 0;
+    double t = 0;
+    if (tracked_first) {
+      t = batch_ns(tracked, stream, batch);
+      u = batch_ns(untracked, stream, batch);
+    } else {
+      u = batch_ns(untracked, stream, batch);
+      t = batch_ns(tracked, stream, batch);
+    }
+    tracked_first = !tracked_first;
     untracked_ns.push_back(u);
     tracked_ns.push_back(t);
     ratios.push_back(t / u);
