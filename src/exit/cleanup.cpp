@@ -3,10 +3,10 @@
 // most once even when two exit paths race (a signal's watcher thread and exit() on another thread).
 // Signal-safe cleanups live in a fixed table of atomics that the crash handler can walk without a
 // lock or an allocation; each slot is claimed by whoever runs it first.
-#include <gpuguard/cleanup.hpp>
+#include <gpuguard/core/cleanup.hpp>
 
 #include "exit/exit_paths.hpp"
-#include "exit/kept_for_process.hpp"
+#include "util/kept_for_process.hpp"
 
 #include <algorithm>
 #include <array>

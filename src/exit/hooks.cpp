@@ -5,13 +5,14 @@
 //    restores the default action and raises the signal again);
 //  - the crash handler calls only async-signal-safe functions: no malloc, no locks it could wait
 //    on, no stdio, no CUDA. It formats into a buffer on its stack and writes with write(2).
-#include <gpuguard/hooks.hpp>
+#include <gpuguard/core/hooks.hpp>
 
-#include <gpuguard/cleanup.hpp>
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/cleanup.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include "exit/exit_paths.hpp"
-#include "exit/kept_for_process.hpp"
+#include "process/child_groups.hpp"
+#include "util/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "ledger/stacks.hpp"
 #include "util/file.hpp"
@@ -451,7 +452,7 @@ void watcher_main(int read_fd) {
     std::fprintf(stderr, "[gpuguard] %s received: running cleanups and writing the report, then ending by %s\n",
                  signal_name(sig), signal_name(sig));
     const std::string reason = std::string("signal ") + signal_name(sig);
-    detail::finish_run(reason.c_str(), false, sig);
+    detail::end_run(reason.c_str(), false, sig);
     std::fflush(nullptr);
     restore_previous(sig);
     die_by(sig);
@@ -490,7 +491,7 @@ std::string current_exception_text() {
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): the exit path must go on
     }
-    detail::finish_run("terminate", false, SIGABRT);
+    detail::end_run("terminate", false, SIGABRT);
     std::fflush(nullptr);
   }
   const std::terminate_handler previous = hooks().previous_terminate;

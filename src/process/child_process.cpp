@@ -1,8 +1,8 @@
 // Children that die with their parent. The child side of fork() runs only async-signal-safe calls
 // until exec; an exec failure travels back to the parent through a close-on-exec pipe.
-#include <gpuguard/child_process.hpp>
+#include <gpuguard/core/child_process.hpp>
 
-#include "exit/exit_paths.hpp"
+#include "process/child_groups.hpp"
 #include "process/end.hpp"
 
 #include <algorithm>

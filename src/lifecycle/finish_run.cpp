@@ -1,12 +1,15 @@
-// The end of the run, whichever exit path gets there first (exit_paths.hpp): cleanups, children,
-// the leak report and the outputs' last lines, once, under a watchdog.
-#include <gpuguard/cleanup.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking.hpp>
+// The end of a tracked run, in the one order that holds for every exit path: cleanups first (what
+// they free is then not reported as leaked), then spawned children, then the leak report, then
+// the outputs' last lines, under a watchdog. Handed to the exit paths (exit/exit_paths.hpp) when
+// the library loads; they run it once, whichever gets there first.
+#include <gpuguard/core/cleanup.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "exit/exit_paths.hpp"
+#include "lifecycle/lifecycle.hpp"
+#include "process/child_groups.hpp"
 #include "outputs/outputs_internal.hpp"
-#include "tracking/tracking_internal.hpp"
 #include "util/quiet_thread.hpp"
 
 #include <algorithm>
@@ -27,8 +30,6 @@ namespace gpuguard {
 
 namespace {
 
-std::atomic<bool> exit_report_done{false};
-
 // True in a child made by fork(): the exit report, like the parent's cleanups and children, is
 // the parent's. A forked worker that exits must not print the parent's report again, nor rewrite
 // its leak_json, nor end with its leak_exitcode.
@@ -36,22 +37,9 @@ std::atomic<bool> forked_child{false};
 
 void note_forked_child() noexcept { forked_child.store(true, std::memory_order_relaxed); }
 
-// on_exit, not atexit: the handler learns the status the process is ending with, which the
-// cleanup_timeout watchdog keeps if it has to end the process itself. Both lists are one in
-// glibc, so the order rule of register_exit_report holds.
-void exit_handler(int status, void* /*unused*/) { run_exit_report(status); }
-
 }  // namespace
 
-void detail::register_exit_report() noexcept {
-  static const bool fork_handler = ::pthread_atfork(nullptr, nullptr, note_forked_child) == 0;
-  static_cast<void>(fork_handler);
-  if (!exit_report_done.load(std::memory_order_relaxed)) { static_cast<void>(::on_exit(exit_handler, nullptr)); }
-}
-
-void run_exit_report(int exit_status) noexcept { detail::finish_run("exit", true, 0, exit_status); }
-
-bool detail::run_finished() noexcept { return exit_report_done.load(std::memory_order_acquire); }
+void run_exit_report(int exit_status) noexcept { detail::end_run("exit", true, 0, exit_status); }
 
 namespace {
 
@@ -128,7 +116,6 @@ class exit_watchdog {
 }  // namespace
 
 void detail::finish_run(const char* reason, bool normal_exit, int end_signal, int exit_status) noexcept {
-  if (exit_report_done.exchange(true)) { return; }
   bool enabled = false;
   options opts;
   try {
@@ -142,8 +129,8 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
   const exit_watchdog watchdog(opts.cleanup_timeout, end_signal, exit_status);
   // Cleanups first: what they free is then not reported as leaked.
   run_cleanups(reason);
-  end_child_groups(2000);
-  if (normal_exit) { discard_unused_crash_file(); }
+  detail::end_child_groups(2000);
+  if (normal_exit) { detail::discard_unused_crash_file(); }
   try {
     // Scopes alone (no tracking) still get their log's end lines, but no leak report on stderr.
     if (!report_leaks && !outputs_running()) { return; }
@@ -166,5 +153,16 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
     std::fputs("[gpuguard] the exit report failed (out of memory?)\n", stderr);
   }
 }
+
+namespace {
+
+// The end of the run goes to the exit paths as the library loads, before any of them can run.
+const bool end_of_run_handed = [] {
+  detail::hand_end_of_run(detail::finish_run);
+  static_cast<void>(::pthread_atfork(nullptr, nullptr, note_forked_child));
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace gpuguard

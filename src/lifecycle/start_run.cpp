@@ -1,16 +1,16 @@
-// Turning tracking on under the guards' resources (enable_tracking), or the ledger's reporting for
-// another source (enable_ledger_reporting), and off again.
-#include <gpuguard/tracking.hpp>
+// A tracked run's start: tracking turned on under the guards' resources (enable_tracking), or the
+// ledger's reporting for another source (enable_ledger_reporting), and off again.
+#include <gpuguard/core/tracking.hpp>
 
 #include <gpuguard/current_resource.hpp>
-#include <gpuguard/hooks.hpp>
+#include <gpuguard/core/hooks.hpp>
 #include <gpuguard/device.hpp>
 #include <gpuguard/host_memory_resource.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "exit/exit_paths.hpp"
-#include "tracking/tracking_internal.hpp"
+#include "lifecycle/lifecycle.hpp"
 
 #include <algorithm>
 #include <cstdio>
