@@ -1,6 +1,6 @@
-// The producers' side of the memory timeline (timeline.hpp): a copy into the queue, or, when it is
-// full, a fold into per-device atomic figures that the writer takes as one `mem_step`.
-#include "outputs/timeline.hpp"
+// The ledger's memory events (memory_events.hpp): a copy into the subscriber's queue, or, when it
+// is full, a fold into per-device atomic figures that the subscriber takes as one `mem_step`.
+#include "ledger/memory_events.hpp"
 
 #include "ledger/ledger_internal.hpp"
 
@@ -9,9 +9,11 @@
 
 namespace gpuguard::detail {
 
-std::atomic<mem_event_queue*> timeline_queue{nullptr};
+std::atomic<mem_event_queue*> mem_event_subscriber{nullptr};
 
 namespace {
+
+std::atomic<void (*)() noexcept> subscriber_wake{nullptr};
 
 // What the producers folded while the queue was full. Updated with relaxed atomics by any thread;
 // the writer takes them with exchanges, so a fold racing with the take lands in this step or the
@@ -81,8 +83,13 @@ void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record&
   if (!queue.try_push(e, position)) {
     fold(e);
   } else if ((position & (queue.capacity() / 4 - 1)) == queue.capacity() / 4 - 1) {
-    wake_writer();
+    if (void (*const wake)() noexcept = subscriber_wake.load(std::memory_order_acquire)) { wake(); }
   }
+}
+
+void subscribe_mem_events(mem_event_queue* queue, void (*wake)() noexcept) noexcept {
+  if (queue != nullptr) { subscriber_wake.store(wake, std::memory_order_release); }
+  mem_event_subscriber.store(queue, std::memory_order_release);
 }
 
 std::uint64_t overflow_devices() noexcept { return overflow_mask.load(std::memory_order_relaxed); }

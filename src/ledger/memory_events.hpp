@@ -1,24 +1,20 @@
-// Memory over time from the ledger's own events (docs/formats.md: `alloc`, `free`, `mem_step`).
+// The ledger's memory events: the subscription point through which an allocation's or a free's
+// event leaves the ledger (docs/formats.md: `alloc`, `free`, `mem_step`).
 //
-// The hot path (the ledger, inside the shard's lock) only copies a small record into a bounded
-// lock-free queue; when the queue is full it folds the event into per-device atomic figures
-// instead (the lowest and highest live bytes, counts), so the exact peak survives an overload.
-// The writer thread drains the queue and hands each event to a coalescer that writes it as an
-// `alloc` or `free` line while the device's current millisecond has seen fewer than
-// `timeline_events` of them, and folds the rest of that millisecond into one `mem_step`.
-// Internal to libgpuguard.
+// The hot path (the ledger, inside the shard's lock) only copies a small record into the
+// subscriber's bounded lock-free queue; when the queue is full it folds the event into per-device
+// atomic figures instead (the lowest and highest live bytes, counts), so the exact peak survives
+// an overload. The subscriber (the outputs' writer thread, outputs/timeline.hpp) drains the queue
+// and takes the folded figures. The ledger knows nothing of who subscribes. Internal to libgpuguard.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/ledger.hpp>
 
-#include "outputs/event_queue.hpp"
+#include "util/event_queue.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace gpuguard::detail {
 
@@ -54,11 +50,22 @@ struct mem_step {
 
 using mem_event_queue = event_queue<mem_event>;
 
-/// The queue the ledger feeds, or nullptr while no output wants the events (then the hot path
-/// costs one load). Set and cleared by the outputs.
-extern std::atomic<mem_event_queue*> timeline_queue;
+/// The subscriber's queue, or nullptr while nothing subscribes (then the hot path costs one
+/// load). Written only by subscribe_mem_events.
+extern std::atomic<mem_event_queue*> mem_event_subscriber;
 
-/// Out of line: the queue is set. The event's time is read here.
+/**
+ * Subscribes `queue` to every allocation and free the ledger records from now on (nullptr:
+ * unsubscribes), as PyTorch's caching allocator lets trace observers attach. One subscriber at a
+ * time: the outputs' writer thread, while the JSONL log or the Chrome trace wants the timeline.
+ * `wake` is called by the producers each time a quarter of the queue has filled; it must be
+ * callable from any thread inside the ledger's shard lock (a condition variable's notify).
+ * Producers already inside a push when the queue is unsubscribed finish it: the subscriber
+ * drains the queue once more before it lets it go.
+ */
+void subscribe_mem_events(mem_event_queue* queue, void (*wake)() noexcept) noexcept;
+
+/// Out of line: a queue is subscribed. The event's time is read here.
 void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record& record,
                     std::uint64_t live_bytes, std::uint32_t thread) noexcept;
 
@@ -67,122 +74,15 @@ void push_mem_event(mem_event_queue& queue, bool alloc, const allocation_record&
 /// is after the change it reports (a memory sample that read the counters before it is earlier).
 inline void note_mem_event(bool alloc, const allocation_record& record, std::uint64_t live_bytes,
                            std::uint32_t thread) noexcept {
-  if (mem_event_queue* queue = timeline_queue.load(std::memory_order_acquire)) {
+  if (mem_event_queue* queue = mem_event_subscriber.load(std::memory_order_acquire)) {
     push_mem_event(*queue, alloc, record, live_bytes, thread);
   }
 }
 
-/// Wakes the outputs' writer thread (outputs.cpp): the producers call it each time a quarter of
-/// the queue has filled.
-void wake_writer() noexcept;
-
-/// For the writer: what the producers folded per device while the queue was full, taken (and
+/// For the subscriber: what the producers folded per device while the queue was full, taken (and
 /// reset) at once. False when nothing was folded for `device`.
 bool take_overflow(int device, mem_step& out) noexcept;
 /// Devices that may have folded events (one bit per device slot).
 std::uint64_t overflow_devices() noexcept;
-
-/// The writer's side: per device, individual events up to `per_ms` per millisecond, then steps.
-class timeline_coalescer {
- public:
-  explicit timeline_coalescer(std::uint32_t per_ms) : per_ms_(per_ms) {}
-
-  /// Takes one event; calls `line(const mem_event&)` for each event written as is and
-  /// `step(const mem_step&)` for each folded record it completes.
-  template <class Line, class Step>
-  void add(const mem_event& e, Line&& line, Step&& step);
-
-  /// Completes every open step (end of a writer pass, and at stop).
-  template <class Step>
-  void finish(Step&& step);
-
- private:
-  struct device_state {
-    std::int64_t window = -1;  // the millisecond being counted
-    std::uint32_t lines = 0;   // events written as lines in it
-    bool open = false;         // `pending` holds folded events
-    mem_step pending;
-  };
-  std::uint32_t per_ms_;
-  std::unordered_map<int, device_state> devices_;
-  // Addresses whose allocation was written as a line: their free is written as a line too, so
-  // every band the report draws from `alloc` lines has its end. Bounded: a free folded by the
-  // producers (a full queue) leaves its address here, and so does a leak.
-  static constexpr std::size_t max_shown = std::size_t{1} << 18;
-  std::unordered_set<std::uint64_t> shown_;
-};
-
-template <class Line, class Step>
-void timeline_coalescer::add(const mem_event& e, Line&& line, Step&& step) {
-  constexpr std::int64_t window_ns = 1000000;
-  device_state& d = devices_[e.device];
-  const std::int64_t window = e.time_ns / window_ns;
-  // A late event of an earlier millisecond (another thread's, or the clock stepping back when its
-  // scale is refined) counts in the current one.
-  if (window > d.window) {
-    d.window = window;
-    d.lines = 0;
-  }
-  const std::uint64_t key = static_cast<std::uint64_t>(e.address) ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(e.device)) << 56);
-  bool as_line = false;
-  if (e.alloc) {
-    as_line = d.lines < per_ms_ && shown_.size() < max_shown;
-    if (as_line) {
-      shown_.insert(key);
-    } else {
-      shown_.erase(key);  // the address came back without a free we saw: forget the old one
-    }
-  } else {
-    as_line = shown_.erase(key) != 0;
-  }
-  if (as_line) {
-    if (d.open) {  // keep the series in order: what was folded before this line comes first
-      step(d.pending);
-      d.open = false;
-    }
-    ++d.lines;
-    line(e);
-    return;
-  }
-  mem_step& s = d.pending;
-  if (!d.open) {
-    s = mem_step{};
-    s.device = e.device;
-    s.time_ns = e.time_ns;
-    s.start_bytes = e.alloc ? e.live_bytes - e.bytes : e.live_bytes + e.bytes;
-    s.min_bytes = s.max_bytes = e.live_bytes;
-    s.min_ns = s.max_ns = e.time_ns;
-    d.open = true;
-  }
-  // The ledger's clock may step back a little when its scale is refined: t and end bound them all.
-  s.time_ns = std::min(s.time_ns, e.time_ns);
-  s.end_ns = std::max(s.end_ns, e.time_ns);
-  s.end_bytes = e.live_bytes;
-  if (e.live_bytes < s.min_bytes) {
-    s.min_bytes = e.live_bytes;
-    s.min_ns = e.time_ns;
-  }
-  if (e.live_bytes > s.max_bytes) {
-    s.max_bytes = e.live_bytes;
-    s.max_ns = e.time_ns;
-  }
-  if (e.alloc) {
-    ++s.allocs;
-    s.alloc_bytes += e.bytes;
-  } else {
-    ++s.frees;
-    s.free_bytes += e.bytes;
-  }
-}
-
-template <class Step>
-void timeline_coalescer::finish(Step&& step) {
-  for (auto& entry : devices_) {
-    if (entry.second.open) {
-      step(entry.second.pending);
-      entry.second.open = false;
-    }
-  }
-}
 
 }  // namespace gpuguard::detail

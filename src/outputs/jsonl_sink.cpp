@@ -6,7 +6,7 @@
 #include "exit/exit_paths.hpp"
 #include "util/format.hpp"
 #include "ledger/stacks.hpp"
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 #include "util/program_path.hpp"
 
 #include <algorithm>

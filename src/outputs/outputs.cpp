@@ -4,20 +4,20 @@
 // allocation; a full queue drops the event and counts it. The writer wakes every `sample_ms` (or
 // when the queue is a quarter full), drains the queue into the sinks, samples each device's memory,
 // evaluates the alerts and writes out. Stopping drains what is left and writes the end lines.
-#include <gpuguard/outputs.hpp>
+#include <gpuguard/core/outputs.hpp>
 
 #include <gpuguard/device.hpp>
 
 #include "outputs/alert_gate.hpp"
-#include "outputs/event_queue.hpp"
+#include "util/event_queue.hpp"
 #include "exit/exit_paths.hpp"
 #include "util/format.hpp"
 #include "util/nvml.hpp"
-#include "exit/kept_for_process.hpp"
+#include "util/kept_for_process.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs/outputs_internal.hpp"
 #include "util/quiet_thread.hpp"
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 #include "outputs/sinks.hpp"
 #include "outputs/timeline.hpp"
 
@@ -129,6 +129,9 @@ output_state& state() {
   static auto* s = new output_state();  // lives through exit: scopes in static destructors use it
   return *s;
 }
+
+// The ledger's producers call it each time a quarter of the memory-event queue has filled.
+void wake_writer() noexcept { state().wake.notify_one(); }
 
 void report_sink_failure(const std::string& message) {
   state().sink_failures.fetch_add(1, std::memory_order_relaxed);
@@ -494,7 +497,7 @@ void release_counters(output_state& st) noexcept {
 void stop_locked(output_state& st, const char* reason, const leak_report* leaks) noexcept {
   if (st.writer == nullptr) { return; }
   queue_type* queue = st.queue.exchange(nullptr, std::memory_order_acq_rel);
-  detail::timeline_queue.store(nullptr, std::memory_order_release);
+  detail::subscribe_mem_events(nullptr, nullptr);
   st.flags.store(0, std::memory_order_release);
   {
     const std::lock_guard<std::mutex> lock(st.wake_mutex);
@@ -577,7 +580,7 @@ void outputs_off_in_forked_child() noexcept {
   new (&st.wake_mutex) std::mutex();   // NOLINT(cppcoreguidelines-owning-memory)
   new (&st.callback_mutex) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
   st.queue.store(nullptr, std::memory_order_relaxed);
-  detail::timeline_queue.store(nullptr, std::memory_order_relaxed);
+  detail::subscribe_mem_events(nullptr, nullptr);
   st.timeline = nullptr;
   st.flags.store(0, std::memory_order_relaxed);
   // The parent's thread object, not ours to join or destroy, and its sinks, whose buffers are
@@ -690,7 +693,7 @@ void start_outputs(const options& opts) noexcept {
     flags |= opts.nvtx ? detail::scope_nvtx : 0U;
     flags |= opts.op_device_query ? detail::scope_device_query : 0U;
     st.queue.store(queue, std::memory_order_release);
-    detail::timeline_queue.store(st.timeline, std::memory_order_release);
+    detail::subscribe_mem_events(st.timeline, wake_writer);
     st.flags.store(flags, std::memory_order_release);
     detail::register_exit_report();
   } catch (const std::exception& error) {
@@ -716,7 +719,7 @@ bool flush_outputs(std::chrono::milliseconds timeout) noexcept {
   if (queue == nullptr) { return false; }
   const std::size_t target = queue->claimed();
   // The memory timeline's queue too (the writer's `timeline`, set before the outputs ran).
-  const detail::mem_event_queue* timeline = detail::timeline_queue.load(std::memory_order_acquire);
+  const detail::mem_event_queue* timeline = detail::mem_event_subscriber.load(std::memory_order_acquire);
   const std::size_t timeline_target = timeline != nullptr ? timeline->claimed() : 0;
   std::unique_lock<std::mutex> lock(st.wake_mutex);
   st.flush_target = std::max(st.flush_target, target);
@@ -784,8 +787,6 @@ void detail::submit(const op_result& op, thread_state& thread) noexcept {
   thread.named = true;
   if ((position & st.wake_mask) == st.wake_mask) { st.wake.notify_one(); }
 }
-
-void detail::wake_writer() noexcept { state().wake.notify_one(); }
 
 void detail::stop_outputs_with(const char* reason, const leak_report* leaks) noexcept {
   output_state& st = state();

@@ -1,8 +1,8 @@
 // What operation scopes and the exit report need from the outputs. Internal to libgpuguard.
 #pragma once
 
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 namespace gpuguard::detail {
 

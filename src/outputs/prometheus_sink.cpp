@@ -4,7 +4,7 @@
 #include "outputs/sinks.hpp"
 
 #include "util/format.hpp"
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 #include "util/file.hpp"
 
 #include <algorithm>

@@ -4,10 +4,10 @@
 // reported once on stderr, counted, and the sink is off from then on. Internal to libgpuguard.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "ledger/ledger_internal.hpp"
 #include "outputs/timeline.hpp"

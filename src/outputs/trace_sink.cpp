@@ -5,7 +5,7 @@
 
 #include "util/format.hpp"
 #include "ledger/stacks.hpp"
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 #include "util/program_path.hpp"
 
 #include <algorithm>

@@ -4,9 +4,9 @@
 // to the thread's net bytes of now; the ledger raises it as memory is allocated; leaving reads it
 // (the peak above the scope's start) and puts back the larger of it and the saved value, so the
 // enclosing scope's peak still covers what happened inside.
-#include <gpuguard/op_scope.hpp>
+#include <gpuguard/core/op_scope.hpp>
 
-#include "exit/kept_for_process.hpp"
+#include "util/kept_for_process.hpp"
 #include "ledger/clock.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "outputs/outputs_internal.hpp"

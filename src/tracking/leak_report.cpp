@@ -1,12 +1,11 @@
 // The leak report: what is live at the end, grouped by site and resolved, as text and as JSON; and
 // the out-of-memory report.
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <gpuguard/device.hpp>
-#include <gpuguard/op_scope.hpp>
 
 #include "ledger/stacks.hpp"
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
 
@@ -114,10 +113,8 @@ std::string device_name(int device) {
 }
 }  // namespace
 
-namespace {
-
 // The sites of a report, largest first, each with its frames.
-void write_sites(std::FILE* out, const leak_report& report, std::size_t max_sites) {
+void detail::write_leak_sites(std::FILE* out, const leak_report& report, std::size_t max_sites) {
   std::size_t shown = 0;
   for (const leak_site& site : report.sites) {
     if (shown == max_sites) {
@@ -143,40 +140,6 @@ void write_sites(std::FILE* out, const leak_report& report, std::size_t max_site
   }
 }
 
-}  // namespace
-
-void report_out_of_memory(const out_of_memory_info& info) noexcept {
-  try {
-    const op_result* op = current_op();
-    const counters on_device = device_counters(info.device);
-    std::fprintf(stderr, "[gpuguard] OUT OF MEMORY: %s could not get %s on device %d (%s free of %s)%s%s%s\n",
-                 info.source != nullptr ? info.source : "an allocation",
-                 detail::format_bytes(info.requested).c_str(), info.device,
-                 detail::format_bytes(info.free_bytes).c_str(), detail::format_bytes(info.total_bytes).c_str(),
-                 op != nullptr ? " in operation \"" : "", op != nullptr ? op->name : "", op != nullptr ? "\"" : "");
-    std::fprintf(stderr, "[gpuguard] live on device %d: %s in %llu allocations (peak %s); largest sites:\n",
-                 info.device, detail::format_bytes(on_device.current_bytes).c_str(),
-                 static_cast<unsigned long long>(on_device.live_count()),
-                 detail::format_bytes(on_device.peak_bytes).c_str());
-    constexpr std::size_t sites_shown = 5;
-    leak_report live = collect_leaks(sites_shown);
-    // Here a cache's segments count as much as anything else: they are what fills the device.
-    if (!live.held.empty()) {
-      live.sites.insert(live.sites.end(), live.held.begin(), live.held.end());
-      std::stable_sort(live.sites.begin(), live.sites.end(),
-                       [](const leak_site& a, const leak_site& b) { return a.bytes > b.bytes; });
-      for (std::size_t i = 0; i < live.sites.size() && i < sites_shown; ++i) {
-        if (live.sites[i].frames.empty()) { live.sites[i].frames = resolve_site(live.sites[i].site); }
-      }
-    }
-    live.sites.erase(std::remove_if(live.sites.begin(), live.sites.end(),
-                                    [&](const leak_site& s) { return s.device != info.device; }),
-                     live.sites.end());
-    write_sites(stderr, live, sites_shown);
-  } catch (...) {
-    std::fputs("[gpuguard] out of memory: the report of what was live could not be made\n", stderr);
-  }
-}
 
 void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites) {
   // What a cache keeps until the process ends, by holder and device: said, but not a leak.
@@ -209,7 +172,7 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
                detail::format_bytes(report.bytes).c_str(),
                static_cast<unsigned long long>(report.count), report.count == 1 ? "" : "s",
                report.sites.size(), report.sites.size() == 1 ? "" : "s");
-  write_sites(out, report, max_sites);
+  detail::write_leak_sites(out, report, max_sites);
   const misuse_counts& m = report.misuse;
   if (m.total() != 0) {
     std::fprintf(out, "[gpuguard] misuse: %llu unknown-pointer frees, %llu double frees, "

@@ -1,4 +1,4 @@
-#include "outputs/report_json.hpp"
+#include "tracking/report_json.hpp"
 
 #include "util/format.hpp"
 

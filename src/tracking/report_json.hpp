@@ -1,11 +1,14 @@
-// The JSON pieces that several outputs share (the leak report file, the JSONL event log's `leaks`,
-// `sites` and `end` lines), so that each is spelled in one place. Internal to libgpuguard.
+// The pieces of the leak report that several outputs share, so that each is spelled in one place:
+// its JSON (the leak report file, the JSONL event log's `leaks`, `sites` and `end` lines) and its
+// sites as text (the report at exit, the out-of-memory report). Internal to libgpuguard.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +36,10 @@ void append_leak_sites(std::string& out, const std::vector<leak_site>& sites);
 /// and tag) one site, keeping their raw ids in `raw_sites`; largest first. Sites without resolved
 /// frames stay apart.
 void merge_sites_by_location(std::vector<leak_site>& sites);
+
+/// Writes the report's sites as text, largest first, each with its frames; past `max_sites`, a
+/// line saying how many more there are.
+void write_leak_sites(std::FILE* out, const leak_report& report, std::size_t max_sites);
 
 /// The key of a resolved stack for grouping sites by location: "" when some frame is unknown.
 std::string location_key(const std::vector<frame_info>& frames);

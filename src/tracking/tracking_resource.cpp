@@ -1,7 +1,8 @@
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include <gpuguard/detail/teardown.hpp>
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include <cuda.h>
 
