@@ -3,8 +3,9 @@
 // per-site totals. Internal to libgpuguard.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/ledger.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -51,7 +52,14 @@ struct thread_state {
 
 thread_state& this_thread_state() noexcept;
 
-/// A tag was set or an operation scope opened: sets thread_context_used() (ledger.hpp) and, the
+/// Set once any thread of the process sets a tag or opens an operation scope: from then on a
+/// thread's allocations depend on the moment they are recorded, so a source records them at once.
+GPUGUARD_SHARED_STATE inline std::atomic<bool>& thread_context_used() noexcept {
+  static std::atomic<bool> used{false};
+  return used;
+}
+
+/// A tag was set or an operation scope opened: sets thread_context_used() and, the
 /// first time, first records what a source held back (set_ledger_catch_up), so that calls made
 /// before the tag or the scope are not counted inside them.
 void note_thread_context() noexcept;

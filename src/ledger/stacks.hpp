@@ -2,7 +2,7 @@
 // function/file/line only when a report asks. Internal to the compiled core.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include <cstddef>
 #include <vector>
