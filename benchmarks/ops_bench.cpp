@@ -48,11 +48,11 @@
 // a flush that timed out or an event queued but not written fails the benchmark (SkipWithError),
 // so a number is only reported when every event reached the writer. Counter dropped is always 0
 // in a reported result.
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/options.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "bench_stats.hpp"
 #include "malloc_resource.hpp"

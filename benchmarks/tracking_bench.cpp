@@ -47,10 +47,11 @@
 // GPU, so the run completes there.
 #include <gpuguard/cuda_memory_resources.hpp>
 #include <gpuguard/device.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/options.hpp>
 #include <gpuguard/stream.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "bench_stats.hpp"
 #include "ledger/shard_hash.hpp"

@@ -9,10 +9,10 @@
 // the start (GPUGUARD_OPTIONS applies: scripts/demo.sh adds a JSONL log and renders it as HTML).
 // On a machine without a GPU it says so, tracks host memory instead, and runs steps 2 and 3.
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <cstdio>
 #include <stdexcept>

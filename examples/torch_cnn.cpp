@@ -14,9 +14,9 @@
 // the spread between processes is wider than the 1 percent it judges). Prints the loss of every
 // 10th step and the last; with --bench in observe or swap-in mode (no --split), also the
 // allocations gpuguard recorded per timed step.
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
 #include <gpuguard/torch.hpp>
 
 #include <ATen/Context.h>

@@ -12,10 +12,10 @@
 // --guarded turns gpuguard on inside the job too: the LibTorch adapter (leak report, exit paths)
 // and gpuguard::spawn for the workers (they die with the job). The harness also runs the guarded
 // arm under `gpuguard run`.
-#include <gpuguard/child_process.hpp>
-#include <gpuguard/op_scope.hpp>
+#include <gpuguard/core/child_process.hpp>
+#include <gpuguard/core/op_scope.hpp>
 #include <gpuguard/torch.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/torch.h>

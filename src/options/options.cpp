@@ -1,4 +1,4 @@
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include "util/option_table.hpp"
 

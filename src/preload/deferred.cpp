@@ -23,7 +23,9 @@
 
 #include "util/quiet_thread.hpp"
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/ledger.hpp>
+
+#include "ledger/deferred_source.hpp"
 
 #include <array>
 #include <atomic>

@@ -16,9 +16,11 @@
 #include "util/nvml.hpp"
 #include "util/program_path.hpp"
 
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/options.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+
+#include "ledger/deferred_source.hpp"
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <algorithm>
 #include <array>

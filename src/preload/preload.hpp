@@ -1,9 +1,10 @@
 // What the two halves of libgpuguard_preload.so share: driver_hooks.cpp finds and wraps the CUDA
 // driver's memory entry points; preload.cpp records what they did in the ledger and reports at exit.
 #pragma once
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 #include <gpuguard/memory_resource.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <atomic>
 #include <cstddef>

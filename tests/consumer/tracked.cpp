@@ -1,7 +1,8 @@
 // The consumer's tracked program: links gpuguard::gpuguard (libgpuguard.so, found at run time from
 // where it was installed or built) and records one allocation into the ledger.
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <cstdio>
 #include <vector>

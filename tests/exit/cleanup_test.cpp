@@ -1,8 +1,8 @@
 // The cleanup registry, the hooks' install and uninstall, and spawn's errors, in process. What
 // happens when a process really ends is tested in child processes (hooks_test.py).
-#include <gpuguard/child_process.hpp>
-#include <gpuguard/cleanup.hpp>
-#include <gpuguard/hooks.hpp>
+#include <gpuguard/core/child_process.hpp>
+#include <gpuguard/core/cleanup.hpp>
+#include <gpuguard/core/hooks.hpp>
 
 #include <gtest/gtest.h>
 

@@ -3,12 +3,12 @@
 // cleanup that append a line to the marker file (argv[2]), prints "ready" and then ends as argv[1]
 // says. Built twice: once plainly, and once with GPUGUARD_TRAP_MALLOC, where malloc and friends
 // end the process with status 99 if they are called while the crash handler writes its record.
-#include <gpuguard/child_process.hpp>
-#include <gpuguard/cleanup.hpp>
+#include <gpuguard/core/child_process.hpp>
+#include <gpuguard/core/cleanup.hpp>
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/hooks.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/hooks.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <atomic>
 #include <chrono>

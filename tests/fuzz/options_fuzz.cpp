@@ -9,7 +9,7 @@
 // The run ends at whichever limit comes first; a failure prints the input (escaped) and exits 1.
 #include "fuzz_driver.hpp"
 
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <algorithm>
 #include <new>

@@ -3,10 +3,10 @@
 #include "gpu_test.hpp"
 
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include <gtest/gtest.h>
 

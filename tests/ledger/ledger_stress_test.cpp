@@ -2,8 +2,9 @@
 // snapshots all the while: every counter must come out exact, and every snapshot consistent
 // (its live allocations add up to its device counter). Also built with ThreadSanitizer.
 #include <gpuguard/host_memory_resource.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #if defined(GPUGUARD_LEDGER_INTERNALS)  // built from the core's sources (tsan.ledger_stress)
 #include "ledger/ledger_internal.hpp"

@@ -2,8 +2,9 @@
 // misuse. Every test uses its own pretend device id so the process-wide counters do not mix.
 #include <gpuguard/device_buffer.hpp>
 #include <gpuguard/host_memory_resource.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "ledger/shard_hash.hpp"
 

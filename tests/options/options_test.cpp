@@ -2,7 +2,7 @@
 // process_options() does in a real process (child processes, so the parent's once-only state is
 // never touched).
 #include <algorithm>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <gtest/gtest.h>
 

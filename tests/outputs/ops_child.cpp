@@ -17,9 +17,9 @@
 //             one of them (the N/2-th) 64 MiB: the peak is 7 * 4 KiB + 64 MiB for microseconds
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <atomic>
 #include <cstdlib>

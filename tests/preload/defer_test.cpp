@@ -7,9 +7,11 @@
 #include "preload/preload.hpp"
 #include "preload/ring.hpp"
 
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/ledger.hpp>
+
+#include "ledger/deferred_source.hpp"
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <gtest/gtest.h>
 

@@ -2,10 +2,11 @@
 // of alerts. ctest runs each test in its own process, so the outputs each test starts are its own.
 #include <gpuguard/device_buffer.hpp>
 #include <gpuguard/host_memory_resource.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/outputs.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/outputs.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "outputs/alert_gate.hpp"
 

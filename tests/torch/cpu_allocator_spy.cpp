@@ -4,7 +4,8 @@
 // frames a stack passes over covers it (tests/torch/torch_cpu_test.cpp).
 #include "cpu_allocator_spy.hpp"
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include <c10/core/CPUAllocator.h>
 

@@ -2,8 +2,8 @@
 // report says it came from: a live site must begin with the function that kept it.
 #pragma once
 
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -3,11 +3,11 @@
 // (gtest_discover_tests), since the adapter's choices are for the life of the process. ctest runs
 // them with CUDA_VISIBLE_DEVICES=-1 (tests/torch/CMakeLists.txt), so they see no GPU and run the
 // same on a machine that has one.
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
 #include <gpuguard/torch.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "cpu_allocator_spy.hpp"
 #include "leak_site.hpp"

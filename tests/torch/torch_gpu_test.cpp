@@ -1,8 +1,8 @@
 // The LibTorch adapter on a GPU (the GPU runner; skipped with a reason elsewhere). Each test runs in
 // its own process (gtest_discover_tests): the adapter's mode is for the life of a process.
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/tracking.hpp>
 #include <gpuguard/torch.hpp>
 
 #include "gpu_test.hpp"

@@ -1,6 +1,6 @@
 // The LibTorch adapter on two GPUs (issue 9): tensors on both devices are tracked, each under its
 // own device, in observe and in swap-in mode (one process per test, as gtest_discover_tests runs).
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/ledger.hpp>
 #include <gpuguard/torch.hpp>
 
 #include "gpu_test.hpp"

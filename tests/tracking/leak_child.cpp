@@ -4,7 +4,7 @@
 // "unrolled" (four stacks that differ only in return addresses on one line: one site).
 // The LEAK-SITE markers let the test find the lines the report must name.
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <cstdio>
 #include <cstring>

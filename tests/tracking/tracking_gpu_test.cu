@@ -2,8 +2,8 @@
 #include "gpu_test.hpp"
 
 #include <gpuguard/gpuguard.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // C++ swap-in and the Python pluggable library both use (one allocator, two ways in).
 #pragma once
 
-#include <gpuguard/op_scope.hpp>
+#include <gpuguard/core/op_scope.hpp>
 #include <gpuguard/torch.hpp>
 
 #include <cuda_runtime_api.h>

@@ -3,10 +3,11 @@
 // out-of-memory observer. Also the adapter's state, enable(), and PyTorch's own figures.
 #include <gpuguard/torch.hpp>
 
-#include <gpuguard/cleanup.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/cleanup.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "adapter_internal.hpp"
 

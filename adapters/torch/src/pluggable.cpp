@@ -2,9 +2,9 @@
 // torch.cuda.memory.CUDAPluggableAllocator(path, "gpuguard_torch_alloc", "gpuguard_torch_free").
 // The same two calls as the C++ swap-in (install_allocator); what Python's pluggable path cannot
 // give (recordStream, memory statistics) is listed in docs/torch.md.
-#include <gpuguard/op_scope.hpp>
-#include <gpuguard/options.hpp>
-#include <gpuguard/tracking.hpp>
+#include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "adapter_internal.hpp"
 

@@ -7,9 +7,9 @@
 #include <gpuguard/cuda_memory_resources.hpp>
 #include <gpuguard/detail/teardown.hpp>
 #include <gpuguard/error.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/tracking.hpp>
-#include <gpuguard/tracking_resource.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/tracking.hpp>
+#include <gpuguard/core/tracking_resource.hpp>
 
 #include "adapter_internal.hpp"
 

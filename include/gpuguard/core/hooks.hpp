@@ -21,7 +21,7 @@
 #pragma once
 
 #include <gpuguard/config.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 namespace gpuguard {
 

@@ -1,14 +1,16 @@
 /**
  * @file ledger.hpp
- * @brief The process-wide ledger: every live allocation, exact counters per device and per tag,
- *        allocation sites, and misuse counts. Every source (tracking resource, LibTorch adapter,
- *        preload interposer) records into it; every report reads from it.
+ * @brief The process-wide ledger as its readers see it: exact counters per device and per tag,
+ *        snapshots of every live allocation, tags, allocation sites and misuse counts. Sources
+ *        record into it through allocation_source.hpp (the tracking resource, the LibTorch
+ *        adapter and the preload interposer do); every report reads from it. Part of the compiled
+ *        core (gpuguard::gpuguard).
  */
 #pragma once
 
 #include <gpuguard/config.hpp>
 #include <gpuguard/memory_resource.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -83,29 +85,6 @@ struct ledger_snapshot {
   std::vector<allocation_record> live;                  ///< only when asked for; by sequence
 };
 
-/// What a source hands the ledger for a new allocation.
-struct allocation_event {
-  const void* ptr = nullptr;
-  std::size_t bytes = 0;
-  int device = host_device_id;
-  cudaStream_t stream = nullptr;
-  memory_kind kind = memory_kind::device;
-};
-
-/// What the ledger knew about a freed pointer, so the source can free it correctly.
-struct free_result {
-  bool known = false;           ///< the pointer was live; `bytes` and `device` are the recorded ones
-  bool double_free = false;     ///< the pointer was freed recently and not reallocated since
-  std::size_t bytes = 0;
-  int device = host_device_id;
-};
-
-/// The device of a free whose source does not know or need the current device (the driver-level
-/// interposer: the driver frees a pointer of any device): no wrong-device check.
-inline constexpr int unknown_device = -2;
-/// The size of a free whose size the source does not know (an interposed cudaFree): no size check.
-inline constexpr std::size_t unknown_size = static_cast<std::size_t>(-1);
-
 /// A resolved stack frame.
 struct frame_info {
   std::uintptr_t address = 0;
@@ -113,62 +92,6 @@ struct frame_info {
   std::string file;      ///< source file, or "" when unknown
   std::size_t line = 0;  ///< 0 when unknown
 };
-
-/**
- * Records an allocation (the hot path: no I/O, no global lock, no heap allocation in steady
- * state). The tag is the calling thread's current tag; a stack is captured per `stacks`.
- */
-GPUGUARD_API void record_allocation(const allocation_event& event) noexcept;
-
-/**
- * Records a free. `current_device` is the device current at the free (host_device_id for host
- * memory). Misuse (unknown pointer, double free, wrong size, wrong device) is counted and reported
- * on stderr with the stacks involved; with abort_on_error=1 the process aborts after the report.
- */
-GPUGUARD_API free_result record_free(const void* ptr, std::size_t bytes, int current_device,
-                                     cudaStream_t stream) noexcept;
-
-/**
- * Records a free seen by an interposer (libgpuguard_preload.so), whose size it does not know. The
- * interposer passes every free on to CUDA whatever the ledger says. A pointer the ledger does not
- * know (memory from before tracking began, or from an API the interposer does not see) is counted
- * by `untracked_frees()`, not reported as misuse; a double free or a free on another device still is.
- */
-GPUGUARD_API free_result record_interposed_free(const void* ptr, int current_device, cudaStream_t stream) noexcept;
-
-/// Frees of pointers the ledger did not know, seen by an interposer.
-GPUGUARD_API std::uint64_t untracked_frees() noexcept;
-
-// ---- for a source that records a thread's calls later, on another thread -----------------------
-// libgpuguard_preload.so does, while one thread alone allocates (docs/run.md, "What --track costs").
-
-/// gpuguard's small id of the calling thread (1, 2, ...), as records and outputs name threads.
-GPUGUARD_API std::uint32_t ledger_thread_id() noexcept;
-
-/// record_allocation as if made by the thread with id `thread` under tag `tag` (not the calling
-/// thread's): the record and its event name that thread. The calling thread's tag is left alone,
-/// and its operation scopes count the record only when `thread` is its own id.
-GPUGUARD_API void record_allocation_as(const allocation_event& event, tag_id tag, std::uint32_t thread) noexcept;
-/// record_interposed_free as if made by the thread with id `thread`.
-GPUGUARD_API free_result record_interposed_free_as(const void* ptr, int current_device, std::uint32_t thread) noexcept;
-
-/**
- * Sets the function that brings the ledger up to date with what such a source holds back (nullptr:
- * none). The ledger calls it at the start of snapshot(), device_counters(), misuse() and
- * reset_phase_peak() (the leak report, the outputs' samples and every exit path read through
- * them), and when the process's first tag or operation scope begins; never from a signal handler
- * (a crash record shows what was recorded by then). It must not read the ledger itself.
- */
-GPUGUARD_API void set_ledger_catch_up(void (*catch_up)() noexcept) noexcept;
-
-namespace detail {
-/// Set once any thread of the process sets a tag or opens an operation scope: from then on a
-/// thread's allocations depend on the moment they are recorded, so a source records them at once.
-GPUGUARD_SHARED_STATE inline std::atomic<bool>& thread_context_used() noexcept {
-  static std::atomic<bool> used{false};
-  return used;
-}
-}  // namespace detail
 
 /// A consistent copy of counters (and, if `with_live`, of every live allocation). Safe while other
 /// threads allocate: it briefly holds every shard of the live table.

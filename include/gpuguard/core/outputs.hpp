@@ -8,7 +8,7 @@
 #pragma once
 
 #include <gpuguard/config.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <chrono>
 #include <cstddef>

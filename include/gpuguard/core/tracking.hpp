@@ -5,8 +5,8 @@
 #pragma once
 
 #include <gpuguard/config.hpp>
-#include <gpuguard/ledger.hpp>
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <cstddef>
 #include <cstdint>

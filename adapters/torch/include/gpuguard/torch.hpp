@@ -15,7 +15,7 @@
  */
 #pragma once
 
-#include <gpuguard/options.hpp>
+#include <gpuguard/core/options.hpp>
 
 #include <cstddef>
 #include <cstdint>
