@@ -7,7 +7,7 @@
 # tracked host pair; those with outputs also in one loop, BM_op_scope_alternating), the two builds
 # interleaved round by round. For changes to the tracking hot path on machines without a profiler
 # (the GPU machines): make the patch with `git diff BASE -- src include > change.patch`, leave it
-# in the tree (untracked files travel with the device tool's copy), and run this there.
+# in the tree, and run this on the GPU machine with the tree.
 #
 # usage: benchmarks/ab_tracking.sh PATCH [ROUNDS] [WORK_DIR]   (defaults: 3 rounds, /tmp/gpuguard-ab)
 # Prints each build's added time per pair (tracked minus untracked) and ratio (tracked /
@@ -38,7 +38,7 @@ prepare() {  # prepare before|after
     fi
     patch -d "$dir/src" -R -p1 -s <"$patch_file"
   fi
-  variant_build "$dir" "$jobs" "" gpuguard_tracking_bench gpuguard_ops_bench
+  variant_build "$dir" "$jobs" "" "" gpuguard_tracking_bench gpuguard_ops_bench
 }
 
 echo "ab_tracking: building before and after in $work"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a tracked host pair's time goes, on a machine without a profiler (the GPU machines have no
-# perf). Builds gpuguard_tracking_bench from copies of this tree, each with one cost of the ledger's
-# hot path taken out, and runs the single-thread host pair (tracked and untracked) in each, and,
+# perf). Builds gpuguard_tracking_bench from copies of this tree, each a measurement build with one
+# cost of the ledger's hot path taken out (GPUGUARD_MEASUREMENT_VARIANTS, src/CMakeLists.txt), and runs the single-thread host pair (tracked and untracked) in each, and,
 # where there is a GPU, the stream-ordered pair timed tracked and untracked in one loop
 # (BM_cuda_async_pair/alternating: there the ledger's lines are no longer in the core's caches
 # after each driver call), the variants interleaved round by round. What a variant saves against
@@ -11,15 +11,15 @@
 #   no_clock  the allocation's clock read (the kernel's coarse clock) left out
 #   no_lock   the live table's shard lock never taken (its locked exchange left out)
 #   tls_ie    libgpuguard built with -ftls-model=initial-exec: every thread_local found without a
-#             call to __tls_get_addr (the ledger's thread state is initial-exec in every build
-#             since 5fb6da0; this variant adds the stacks' caches)
+#             call to __tls_get_addr (the ledger's thread state is initial-exec in every build;
+#             this variant adds the stacks' caches)
 #   tls_desc  libgpuguard built with -mtls-dialect=gnu2 (x86-64): TLS descriptors, which find a
 #             loaded-at-start library's thread_locals without that call and stay safe for dlopen
 #   none      no_clock, no_lock and tls_ie together: what remains
 #   no_ctx    the tracking resource's free of device memory without its question for the current
 #             device (cuCtxGetDevice): it passes the resource's own device, which in the benchmark
-#             is the current one (on a one-GPU machine the same as base since 807a2a2, which
-#             asks nothing there)
+#             is the current one (on a one-GPU machine the same as base, which asks nothing
+#             there)
 #   no_ledger the tracking resource without the ledger: no record and no free recorded (the
 #             question for the current device stays), so what the whole ledger adds
 #
@@ -47,30 +47,16 @@ case "$rounds" in '' | *[!0-9]* | 0) echo "ledger_cost_parts: ROUNDS must be a w
 jobs=$(( $(nproc) / ${#variants[@]} ))
 if [ "$jobs" -lt 1 ]; then jobs=1; fi
 
-prepare() {  # prepare VARIANT INDEX
-  local v=$1 dir="$work/$1"
+prepare() {  # prepare VARIANT INDEX: a measurement build of this tree (src/CMakeLists.txt)
+  local v=$1 dir="$work/$1" flags="" measured=""
   variant_copy "$dir"
-  local ledger="$dir/src/src/ledger/ledger.cpp"
-  local resource="$dir/src/src/tracking/tracking_resource.cpp"
-  local flags=""
-  if [ "$v" = no_clock ] || [ "$v" = none ]; then
-    variant_edit_once "$ledger" "const std::int64_t coarse_ns = detail::coarse_monotonic_ns();" "const std::int64_t coarse_ns = 0;"
-  fi
-  if [ "$v" = no_lock ] || [ "$v" = none ]; then
-    variant_edit_once "$ledger" "while (locked.exchange(true, std::memory_order_acquire)) {" "while (false) {"
-  fi
-  if [ "$v" = no_ctx ]; then
-    variant_edit_once "$resource" "kind_ == memory_kind::device ? current_device_or_host() : host_device_id;" \
-      "kind_ == memory_kind::device ? (static_cast<void>(&current_device_or_host), device_) : host_device_id;"
-  fi
-  if [ "$v" = no_ledger ]; then
-    variant_edit_once "$resource" "  record_allocation(allocation_event{ptr, bytes, device_, stream.get(), kind_});" ""
-    variant_edit_once "$resource" "const free_result known = record_free(ptr, bytes, current, stream.get());" \
-      "free_result known; known.known = true; known.bytes = bytes; known.device = current;"
-  fi
-  if [ "$v" = tls_ie ] || [ "$v" = none ]; then flags="-ftls-model=initial-exec"; fi
-  if [ "$v" = tls_desc ]; then flags="-mtls-dialect=gnu2"; fi
-  variant_build "$dir" "$jobs" "$flags"
+  case "$v" in
+    no_clock | no_lock | no_ctx | no_ledger) measured=$v ;;
+    none) measured="no_clock;no_lock"; flags="-ftls-model=initial-exec" ;;
+    tls_ie) flags="-ftls-model=initial-exec" ;;
+    tls_desc) flags="-mtls-dialect=gnu2" ;;
+  esac
+  variant_build "$dir" "$jobs" "$flags" "$measured"
 }
 
 echo "ledger_cost_parts: building ${#variants[@]} variants in $work ($jobs jobs each)"

@@ -14,7 +14,7 @@
 #   REV     the interposer of a git revision (commit, tag, branch), for a before-and-after; or
 #           of a folder holding a source tree (`git archive REV | tar -x -C FOLDER`), where the
 #           machine's copy of the repository lacks the revision
-# Needs a GPU; run it through the device tool after scripts/gpu-deps.sh (it builds as the GPU
+# Needs a GPU; run it on the GPU machine after scripts/gpu-deps.sh (it builds as the GPU
 # runner does, carried packages included).
 #
 # usage: benchmarks/track_variants.sh [WORK_DIR] [ROUNDS] [REV...]
@@ -56,17 +56,9 @@ prepare() {  # prepare VARIANT INDEX
       git -C "$root" archive "$v" | tar -C "$dir/src" -xf -
     fi
   fi
-  if [ "$v" = bare ]; then
-    local hooks="$dir/src/src/preload/driver_hooks.cpp"
-    variant_edit_once "$hooks" "  const CUresult status = real_fn(dptr, bytes, stream);" \
-      "  const CUresult status = real_fn(dptr, bytes, stream); if (caller != nullptr) { return status; }"
-    variant_edit_once "$hooks" "  if (dptr != 0) { forget_async(dptr, stream); }" ""
-  fi
-  if [ "$v" = nopush ]; then
-    variant_edit_once "$dir/src/src/preload/ring.hpp" "void push(const call_record& call) noexcept {" \
-      "void push(const call_record& call) noexcept { if (call.ptr != &ring) { return; }"
-  fi
-  variant_build "$dir" "$jobs" "" gpuguard_cli gpuguard_preload gpuguard_track_bench
+  local measured=""
+  if [ "$v" = bare ] || [ "$v" = nopush ]; then measured=$v; fi  # measurement builds (src/CMakeLists.txt)
+  variant_build "$dir" "$jobs" "" "$measured" gpuguard_cli gpuguard_preload gpuguard_track_bench
 }
 
 echo "track_variants: building ${#variants[@]} variants in $work ($jobs jobs each)"

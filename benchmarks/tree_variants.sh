@@ -6,18 +6,6 @@
 
 variant_tool=$(basename "$0" .sh)  # the sourcing script, for messages
 
-# variant_edit_once FILE FROM TO: replaces the one line FROM of FILE with TO. Anything else means
-# the code changed under the edit, and the variant would measure nothing: exits 1.
-variant_edit_once() {
-  local file=$1 from=$2 to=$3 found
-  found=$(grep -cF -- "$from" "$file" || true)
-  if [ "$found" != 1 ]; then
-    echo "$variant_tool: expected one line '$from' in $file, found $found: the code changed, update this script" >&2
-    exit 1
-  fi
-  python3 -c 'import sys; p, a, b = sys.argv[1:]; t = open(p).read(); open(p, "w").write(t.replace(a, b, 1))' "$file" "$from" "$to"
-}
-
 # variants_prepare_all WORK PREPARE VARIANT...: runs `PREPARE VARIANT INDEX` for every variant at
 # once, in the background, and waits for them all; exits 1 naming each that failed (its folder
 # under WORK holds its configure.log and build.log).
@@ -47,17 +35,18 @@ variant_copy() {
   tar -C "$root" --exclude='./build*' --exclude='./.git' --exclude='./gpu-runner-out' -cf - . | tar -C "$dir/src" -xf -
 }
 
-# variant_build DIR JOBS [CXX_FLAGS [TARGET...]]: configures DIR/src as the GPU runner does
-# (carried packages included) and builds TARGETs (default gpuguard_tracking_bench) in DIR/build;
-# logs in DIR.
+# variant_build DIR JOBS [CXX_FLAGS [MEASURED [TARGET...]]]: configures DIR/src as the GPU runner
+# does (carried packages included), as a measurement build of the variants MEASURED (a CMake list,
+# GPUGUARD_MEASUREMENT_VARIANTS in src/CMakeLists.txt) where given, and builds TARGETs (default
+# gpuguard_tracking_bench) in DIR/build; logs in DIR.
 variant_build() {
-  local dir=$1 jobs=$2 flags=${3:-}
-  local targets=("${@:4}")
+  local dir=$1 jobs=$2 flags=${3:-} measured=${4:-}
+  local targets=("${@:5}")
   if [ ${#targets[@]} -eq 0 ]; then targets=(gpuguard_tracking_bench); fi
   local prefix=()
   if [ -d "$root/.gpu-deps/usr" ]; then prefix=("-DCMAKE_PREFIX_PATH=$root/.gpu-deps/usr"); fi
   cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGPUGUARD_TSAN_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" "${prefix[@]}" >"$dir/configure.log" 2>&1
+    -DGPUGUARD_TSAN_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" -DGPUGUARD_MEASUREMENT_VARIANTS="$measured" "${prefix[@]}" >"$dir/configure.log" 2>&1
   cmake --build "$dir/build" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1
 }
 

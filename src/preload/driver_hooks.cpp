@@ -15,7 +15,8 @@
 #include "preload.hpp"
 #include "ring.hpp"
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include <array>
 #include <atomic>
@@ -178,6 +179,9 @@ GPUGUARD_HOT_PATH CUresult alloc_async(entry which, CUdeviceptr* dptr, std::size
   const auto real_fn = real<decltype(&::cuMemAllocAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
   const CUresult status = real_fn(dptr, bytes, stream);
+#if defined(GPUGUARD_VARIANT_BARE)  // a measurement build: the real call alone, nothing recorded
+  if (caller != nullptr) { return status; }
+#endif
   if (status == CUDA_SUCCESS && dptr != nullptr) {
     if (defer_common_allocation(as_pointer(*dptr), bytes, reinterpret_cast<cudaStream_t>(stream))) { return status; }
     const int device = context_device();
@@ -209,7 +213,9 @@ GPUGUARD_HOT_PATH inline void forget_async(CUdeviceptr dptr, CUstream stream) no
 GPUGUARD_HOT_PATH CUresult free_async(entry which, CUdeviceptr dptr, CUstream stream) noexcept {
   const auto real_fn = real<decltype(&::cuMemFreeAsync)>(which);
   if (real_fn == nullptr) { return CUDA_ERROR_NOT_FOUND; }
+#if !defined(GPUGUARD_VARIANT_BARE)
   if (dptr != 0) { forget_async(dptr, stream); }
+#endif
   return real_fn(dptr, stream);
 }
 

@@ -6,7 +6,8 @@
 #pragma once
 #include "preload.hpp"
 
-#include <gpuguard/ledger.hpp>
+#include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 
 #include <array>
 #include <atomic>
@@ -67,6 +68,9 @@ inline void prefetch_for_write(const void* address) noexcept {
 // The owner's write of one call: inlined into each caller, which then builds no record in memory.
 __attribute__((always_inline)) inline
 void push(const call_record& call) noexcept {
+#if defined(GPUGUARD_VARIANT_NOPUSH)  // a measurement build: everything but the push to the ring
+  if (call.ptr != &ring) { return; }
+#endif
   const std::uint64_t tail = hot.ring_tail.load(std::memory_order_relaxed);
   std::uint64_t& seen_head = hot.ring_seen_head;
   if (tail - seen_head >= ring_slots) {

@@ -29,9 +29,8 @@ context_device_fn driver_context_device() noexcept {
 
 /// The device current on this thread, or host_device_id if CUDA cannot say. The device of the
 /// current context, asked of the driver: the runtime's cudaGetDevice answers the same where a
-/// context is current (cudaSetDevice makes the device's primary context current), and took 41.8 ns
-/// on the H200 machine against the stream-ordered pair's 676 ns. Where no context is current
-/// yet, the runtime answers.
+/// context is current (cudaSetDevice makes the device's primary context current), at a cost that
+/// shows beside a stream-ordered pair. Where no context is current yet, the runtime answers.
 int current_device_or_host() noexcept {
   // With one device in the process, the current device is that one, and nothing need be asked.
   static const bool single = [] {
@@ -62,13 +61,26 @@ tracking_resource::tracking_resource(memory_resource& upstream, int device) noex
 
 void* tracking_resource::do_allocate(std::size_t bytes, stream_view stream) {
   void* ptr = upstream_->allocate(bytes, stream);
+#if !defined(GPUGUARD_VARIANT_NO_LEDGER)  // a measurement build leaves the ledger out (CMakeLists.txt)
   record_allocation(allocation_event{ptr, bytes, device_, stream.get(), kind_});
+#endif
   return ptr;
 }
 
 void tracking_resource::do_deallocate(void* ptr, std::size_t bytes, stream_view stream) noexcept {
+#if defined(GPUGUARD_VARIANT_NO_CTX)  // a measurement build: the resource's own device, not asked
+  const int current = kind_ == memory_kind::device ? (static_cast<void>(&current_device_or_host), device_) : host_device_id;
+#else
   const int current = kind_ == memory_kind::device ? current_device_or_host() : host_device_id;
+#endif
+#if defined(GPUGUARD_VARIANT_NO_LEDGER)
+  free_result known;
+  known.known = true;
+  known.bytes = bytes;
+  known.device = current;
+#else
   const free_result known = record_free(ptr, bytes, current, stream.get());
+#endif
   if (!known.known) { return; }
   if (kind_ == memory_kind::device && known.device != current) {
     const detail::teardown_device_guard on_device(known.device, "tracked free (enter its device)");
