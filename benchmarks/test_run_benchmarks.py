@@ -34,6 +34,7 @@ SAMPLE = os.path.join(HERE, "testdata", "sample.json")
 CPU_RUN = os.path.join(HERE, "testdata", "cpu_machine_2026-12-02.json")
 RESULTS = os.path.join(HERE, "results")
 DOCS_PAGE = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
+README = os.path.join(os.path.dirname(HERE), "README.md")
 NO_GPU = "not run (no GPU on this machine)"
 CUDA_NAMES = ("BM_cuda_malloc_pair/untracked/real_time", "BM_cuda_malloc_pair/tracked/real_time",
               "BM_cuda_async_pair/untracked/real_time", "BM_cuda_async_pair/tracked/real_time")
@@ -562,6 +563,30 @@ def check_docs_page(tmp):
     assert cells[4] == page_row(text, "cudaMallocAsync/cudaFreeAsync pair (1 MiB), tracked / untracked")[4]
 
 
+def check_readme_costs():
+    """README.md's "What it costs" copies figures of docs/benchmarks.md: each of its rows names the
+    target and the H100 and H200 figures of one row of the page, so a regenerated page with new
+    figures makes this fail until the README is copied again."""
+    with open(README) as f:
+        section = f.read().split("## What it costs\n")[1].split("\n## ")[0]
+    with open(DOCS_PAGE) as f:
+        page_rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+                     for line in f if line.startswith("| ") and line.count("|") == 6]
+    header = [line for line in section.splitlines() if line.startswith("| figure |")]
+    assert header == ["| figure | target | H100 (2026-12-06) | H200 (2026-12-06) |"], header
+    with open(DOCS_PAGE) as f:
+        page = f.read()
+    assert "| H100 (2026-12-06, " in page and "| H200 (2026-12-06, " in page, "the README's dates are the page's"
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| figure |")]
+    assert len(rows) >= 5, rows
+    for figure, target, h100, h200 in rows:
+        def shows(cell, value):  # the page's cell is "VALUE (detail): VERDICT" or "VALUE: VERDICT"
+            return cell.startswith(value + " (") or cell.startswith(value + ":")
+        matches = [r for r in page_rows if r[1] == target and shows(r[3], h100) and shows(r[4], h200)]
+        assert matches, "README's %r (%s, %s, %s) is not a row of docs/benchmarks.md" % (figure, target, h100, h200)
+
+
 def check_keep(tmp):
     """`keep` makes the kept file from a GPU runner's output folder, and refuses a mix of machines."""
     with open(os.path.join(RESULTS, "h100.json")) as f:
@@ -720,6 +745,7 @@ def main():
         check_failed_repetition(tmp, cpu_run, out)
         check_programs(tmp, cpu_run, doc)
         check_docs_page(tmp)
+        check_readme_costs()
         check_keep(tmp)
     print("test_run_benchmarks.py: all checks passed")
 
