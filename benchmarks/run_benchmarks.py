@@ -782,10 +782,9 @@ BY_TRACKING = "`gpuguard_tracking_bench`"
 BY_OPS = "`gpuguard_ops_bench`"
 BY_TRACK = "`track_overhead.py`"
 BY_TORCH = "`torch_bench.py`"
-TRACK_FIGURES = (("cudaMalloc pair ns", "`gpuguard run --track`: cudaMalloc/cudaFree pair (1 MiB), tracked / plain"),
-                 ("cuMemAllocAsync pair ns", "`gpuguard run --track`: cuMemAllocAsync/cuMemFreeAsync pair, "
-                                             "tracked / plain (two processes)"),
-                 ("median step ms", "`gpuguard run --track`: a PyTorch training step, tracked / plain"))
+TRACK_FIGURES = (("cudaMalloc pair ns", "cudaMalloc/cudaFree pair (1 MiB)", "tracked / plain"),
+                 ("cuMemAllocAsync pair ns", "cuMemAllocAsync/cuMemFreeAsync pair", "tracked / plain (two processes)"),
+                 ("median step ms", "a PyTorch training step", "tracked / plain"))
 
 
 def gpu_model(machine):
@@ -916,7 +915,8 @@ def track_rows(document):
     """(figure, target, measured by, cell) for track_overhead.py's figures of one run."""
     rows = []
     figures = document.get("figures", {})
-    for name, heading in TRACK_FIGURES:
+    for name, what, how in TRACK_FIGURES:
+        heading = "`gpuguard run --track`: %s, %s" % (what, how)
         figure = figures.get(name)
         if not figure:
             rows.append((heading, "?", BY_TRACK, "not run (not in this run)"))
@@ -1012,9 +1012,36 @@ def docs_page(kept_by_model):
             if shown not in seen:
                 seen.append(shown)
     lines += ["- `%s`" % c for c in seen]
+    lines += track_parts_lines(kept_by_model, models)
     lines += ["", "## How it is measured", ""] + HOW_MEASURED
     text = "\n".join(lines) + "\n"
     return text
+
+
+# track_overhead.py's arms besides plain and --track, in the order shown: what they tell apart.
+TRACK_PARTS = (("preload", "`LD_PRELOAD` of the interposer alone, no supervisor"),
+               ("run", "`gpuguard run` without `--track`"),
+               ("at_once", "`--track` recording on the calling thread (`GPUGUARD_TRACK_DEFER=0`)"))
+
+
+def track_parts_lines(kept_by_model, models):
+    """What `--track`'s cost is made of: each other arm of track_overhead.py against plain, per figure
+    and GPU model (median of the rounds; "-" where the run had no such arm)."""
+    lines = ["", "## `--track`, taken apart", "",
+             "Each arm of `track_overhead.py` against the plain program, median of the rounds: whether "
+             "a cost is the interposer's, the supervisor's, or the recording's (what recording off the "
+             "calling thread saves).", "",
+             "| figure | arm (its time / plain's) | %s |" % " | ".join(models), "|---|---|%s" % ("---|" * len(models))]
+    for name, what, _ in TRACK_FIGURES:
+        for arm, title in TRACK_PARTS:
+            cells = []
+            for model in models:
+                figure = kept_by_model[model]["track_overhead"].get("figures", {}).get(name, {})
+                ratio = figure.get(arm + "_ratio")
+                cells.append("%.3f" % ratio if ratio is not None else "-")
+            if any(c != "-" for c in cells):
+                lines.append("| %s | %s | %s |" % (what, title, " | ".join(cells)))
+    return lines
 
 
 HOW_MEASURED = [
