@@ -4,7 +4,7 @@ observe and swap-in mode as ratios against the native allocator, measured in one
 modes interleaved (so drift in clocks or temperature falls on all of them alike).
 
     python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210] [--inside]
-        [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+        [--out FILE.md --append-section NAME] [--json-out FILE]
     python3 benchmarks/torch_bench.py --json-in FILE [--out ... --append-section NAME]
 
 Each round runs every mode once (`TORCH_CNN --mode M --bench --no-leak --steps N`; the program

@@ -6,7 +6,7 @@ one run with the two interleaved round by round (so drift falls on both alike):
   - track_step.py: a PyTorch training step (target: at most 1.01 of plain).
 
     python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH [--rounds 5] [--parts]
-        [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+        [--out FILE.md --append-section NAME] [--json-out FILE]
 
 A figure is the median over rounds of each run's median; --json-out keeps the figures and every
 arm's value in every round ("per_round"). The verdict looks at every round's own ratio (--track
