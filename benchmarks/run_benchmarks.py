@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
 """Runs gpuguard's benchmark programs (or reads a JSON result it wrote) and writes what tracking,
 operation scopes and the outputs cost, as differences and ratios against the baseline of the same
-run, and the JSONL writer's rate, into a Markdown file.
+run, and the JSONL writer's rate, into a Markdown file; keeps a GPU run's results; and builds
+docs/benchmarks.md from the kept results.
 
-    python3 benchmarks/run_benchmarks.py [--bench BINARY]... [--out docs/benchmarks.md]
+    python3 benchmarks/run_benchmarks.py [--bench BINARY]... [--out benchmarks.md]
         [--append-section NAME] [--json-in FILE | --json-out FILE] [--min-time T]
         [--repetitions 5] [--no-interleave]
+    python3 benchmarks/run_benchmarks.py keep RUNNER_OUT --commit COMMIT [--command CMD]
+    python3 benchmarks/run_benchmarks.py docs [--out docs/benchmarks.md]
+
+`keep` takes the three JSON results of one `scripts/gpu-runner.sh bench` (benchmarks.json,
+track_overhead.json, torch_bench.json in its output folder) and writes them, with the commit and
+command that made them, to benchmarks/results/<model>.json (h100.json, h200.json): one per GPU
+model, the newest replacing the one before. `docs` builds docs/benchmarks.md from those files
+alone: each target, its figure on each GPU model with the run's date, commit and command, and how
+it is measured. benchmarks/test_run_benchmarks.py checks that the committed page is what `docs`
+builds.
 
 --bench names one program and may be repeated; without it, both programs of build/benchmarks run
 (gpuguard_tracking_bench, then gpuguard_ops_bench). Without --json-in each program runs as
@@ -20,11 +31,11 @@ not run. With --json-in the Markdown is built from that JSON instead. The tables
 appear when it ran (or when the JSON holds any of its results); a benchmark of it missing from the
 run shows as "not run".
 
-Without --append-section the output file is replaced by one report ("## Results"); a file that
-has sections of its own (docs/benchmarks.md, the default) is refused instead, before anything
-runs. With --append-section NAME the report becomes the section "## NAME" of the file: a section
-of that name is replaced, every other section is kept, so the CPU machine and the GPU machine can
-share one docs file.
+Without --append-section the output file (default: benchmarks.md in the current directory) is
+replaced by one report ("## Results"); a file that has sections of its own (docs/benchmarks.md,
+say) is refused instead, before anything runs. With --append-section NAME the report becomes the
+section "## NAME" of the file: a section of that name is replaced, every other section is kept, so
+several runs can share one file (scripts/gpu-runner.sh writes its three sections into one).
 
 Every number written comes from the JSON; nothing is typed in by hand. The machine description
 is recorded into the JSON's context when this script runs the benchmark (--json-out keeps it), so
@@ -46,7 +57,7 @@ TRACKING_PROGRAM = "gpuguard_tracking_bench"
 OPS_PROGRAM = "gpuguard_ops_bench"
 DEFAULT_BENCHES = [os.path.join(REPO_ROOT, "build", "benchmarks", name)
                    for name in (TRACKING_PROGRAM, OPS_PROGRAM)]
-DEFAULT_OUT = os.path.join(REPO_ROOT, "docs", "benchmarks.md")
+DEFAULT_OUT = "benchmarks.md"
 TITLE = "# Benchmarks"
 INTRO = ("What tracking, operation scopes and the outputs cost, measured by "
          "`benchmarks/gpuguard_tracking_bench` and `benchmarks/gpuguard_ops_bench` and written by "
@@ -758,6 +769,387 @@ def with_section(old_text, name, body):
     return "\n\n".join([preamble.rstrip("\n")] + [s.rstrip("\n") for s in out]) + "\n"
 
 
+# ---- the kept results and docs/benchmarks.md -------------------------------------------------------
+# `keep` puts one GPU runner's three JSON results (the benchmark programs', track_overhead.py's and
+# torch_bench.py's) into benchmarks/results/<model>.json with the commit and command that made them;
+# `docs` builds docs/benchmarks.md from those files alone, so the page never holds a typed number.
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
+DOCS_PAGE = os.path.join(REPO_ROOT, "docs", "benchmarks.md")
+DOCS_LINE_LIMIT = 250
+RUNNER_FILES = {"benchmarks": "benchmarks.json", "track_overhead": "track_overhead.json",
+                "torch_bench": "torch_bench.json"}
+BY_TRACKING = "`gpuguard_tracking_bench`"
+BY_OPS = "`gpuguard_ops_bench`"
+BY_TRACK = "`track_overhead.py`"
+BY_TORCH = "`torch_bench.py`"
+TRACK_FIGURES = (("cudaMalloc pair ns", "cudaMalloc/cudaFree pair (1 MiB)", "tracked / plain"),
+                 ("cuMemAllocAsync pair ns", "cuMemAllocAsync/cuMemFreeAsync pair", "tracked / plain (two processes)"),
+                 ("median step ms", "a PyTorch training step", "tracked / plain"))
+
+
+def gpu_model(machine):
+    """The GPU's model ("H100", "H200") from a machine description, as scripts/gpu-runner.sh names
+    its sections: the first word of the first GPU's name after "NVIDIA"."""
+    gpus = (machine or {}).get("gpus") or []
+    words = gpus[0]["name"].split() if gpus else []
+    if words and words[0] == "NVIDIA":
+        words = words[1:]
+    if not words:
+        raise ValueError("the run recorded no GPU, so it names no GPU model to keep it under")
+    return words[0]
+
+
+def kept_result(benchmarks, track_overhead, torch_bench, commit, command):
+    """The document `keep` writes: the three results as recorded, and how they were made."""
+    machine = benchmarks.get("context", {}).get("gpuguard_machine")
+    model = gpu_model(machine)
+    for name, document in (("track_overhead", track_overhead), ("torch_bench", torch_bench)):
+        other = gpu_model(document.get("machine"))
+        if other != model:
+            raise ValueError("the %s result ran on a %s, the benchmark programs' on a %s: keep results "
+                             "of one run" % (name, other, model))
+    return {"model": model, "commit": commit, "command": command, "benchmarks": benchmarks,
+            "track_overhead": track_overhead, "torch_bench": torch_bench}
+
+
+def short_date(text):
+    """"2026-12-06T17:55:48+00:00" as "2026-12-06 17:55 UTC"; a date alone as itself."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return text or "?"
+    if when.tzinfo is None:
+        return text
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def cell(value, target_ok, detail=""):
+    """A figure's cell: the value, what it is made of, and its verdict."""
+    verdict_text = target_ok if isinstance(target_ok, str) else verdict(target_ok)
+    return "%s%s: %s" % (value, " (%s)" % detail if detail else "", verdict_text)
+
+
+def library_rows(document):
+    """(figure, target, measured by, cell) for the benchmark programs' targets of one run."""
+    results = results_from(document)
+    rows = []
+
+    def pair(heading, kind, baseline_name, measured_name, limit):
+        baseline, measured = lookup(results, baseline_name), lookup(results, measured_name)
+        target = ("<= +%g ns" % limit) if kind == "added" else ("<= %g" % limit)
+        reason = not_run_reason(baseline, measured)
+        if reason:
+            rows.append((heading, target, BY_TRACKING, reason))
+        elif kind == "added":
+            value = measured.real_ns - baseline.real_ns
+            rows.append((heading, target, BY_TRACKING, cell("%+.1f ns" % value, value <= limit, "%s against %s ns"
+                                                          % (ns(measured.real_ns), ns(baseline.real_ns)))))
+        else:
+            value = measured.real_ns / baseline.real_ns
+            rows.append((heading, target, BY_TRACKING, cell("%.3f" % value, value <= limit, "%s against %s ns"
+                                                          % (ns(measured.real_ns), ns(baseline.real_ns)))))
+
+    pair("host allocate+deallocate pair (256 B), tracked minus untracked", "added",
+         HOST_UNTRACKED_1, HOST_TRACKED_1, 50.0)
+    one_t, many_t = lookup(results, HOST_TRACKED_1), lookup(results, HOST_TRACKED_16)
+    one_u, many_u = lookup(results, HOST_UNTRACKED_1), lookup(results, HOST_UNTRACKED_16)
+    heading = "16 threads: tracked's 16/1-thread throughput over untracked's"
+    reason = not_run_reason(one_t, many_t, one_u, many_u)
+    if reason:
+        rows.append((heading, ">= %g" % RELATIVE_SCALING_LIMIT, BY_TRACKING, reason))
+    else:
+        relative = (throughput(many_t) / throughput(one_t)) / (throughput(many_u) / throughput(one_u))
+        rows.append((heading, ">= %g" % RELATIVE_SCALING_LIMIT, BY_TRACKING,
+                     cell("%.3f" % relative, relative >= RELATIVE_SCALING_LIMIT)))
+    pair("stacks=all: added per allocation, against tracked with stacks off", "added",
+         HOST_TRACKED_1, STACKS_ALL, 2000.0)
+    pair("stacks=sampled (1 in 64) / stacks off, tracked", "ratio", HOST_TRACKED_1, STACKS_SAMPLED, 1.2)
+    pair("cudaMalloc/cudaFree pair (1 MiB), tracked / untracked", "ratio", CUDA_UNTRACKED, CUDA_TRACKED, 1.02)
+    pair("cudaMallocAsync/cudaFreeAsync pair (1 MiB), tracked / untracked", "ratio",
+         ASYNC_UNTRACKED, ASYNC_TRACKED, 1.10)
+    heading = "the same stream-ordered pair, tracked and untracked batches alternating in one loop"
+    target = "<= %g" % ALTERNATING_LIMIT
+    result = lookup(results, ASYNC_ALTERNATING)
+    c = result.counters
+    if result.not_run or any(k not in c for k in ("ratio", "ratio_p25", "ratio_p75")):
+        rows.append((heading, target, BY_TRACKING, "not run (%s)" % (result.not_run or "no ratio counters")))
+    else:
+        rows.append((heading, target, BY_TRACKING, cell("%.3f" % c["ratio"], c["ratio"] <= ALTERNATING_LIMIT,
+                                                      "quartiles %.3f to %.3f" % (c["ratio_p25"], c["ratio_p75"]))))
+
+    def scope(heading, baseline_name, measured_name, alternating_name):
+        baseline, measured = lookup(results, baseline_name), lookup(results, measured_name)
+        reason = not_run_reason(baseline, measured)
+        if reason:
+            rows.append((heading, "<= +100 ns", BY_OPS, reason))
+            return
+        added = per_item_ns(measured) - per_item_ns(baseline)
+        detail = ""
+        loop = lookup(results, alternating_name)
+        if not loop.not_run and "added_ns" in loop.counters:
+            detail = "%+.1f ns in one loop" % loop.counters["added_ns"]
+        rows.append((heading, "<= +100 ns", BY_OPS, cell("%+.1f ns" % added, added <= 100.0, detail)))
+
+    scope("operation scope, empty body (nvtx=1), JSONL writer running: added per scope",
+          SCOPE_BASELINE, SCOPE_SCOPED, "BM_op_scope_alternating/nvtx_on/manual_time")
+    scope("the same with nvtx=0", SCOPE_BASELINE, SCOPE_NVTX_OFF, "BM_op_scope_alternating/nvtx_off/manual_time")
+    scope("operation scope around a tracked host pair: added per scope", PAIR_BASELINE, PAIR_SCOPED,
+          "BM_op_scope_alternating/pair/manual_time")
+    writer = lookup(results, WRITER_FILE)
+    heading = "JSONL writer thread, to a file: events written per second, none dropped"
+    dropped = writer.counters.get("dropped")
+    if writer.not_run or dropped is None:
+        rows.append((heading, ">= 1e+06 events/s", BY_OPS, "not run (%s)" % (writer.not_run or "no drop count")))
+    else:
+        rate = throughput(writer)
+        rows.append((heading, ">= 1e+06 events/s", BY_OPS,
+                     cell("%.3g events/s" % rate, rate >= 1e6 and dropped == 0, "%d dropped" % dropped)))
+    return rows
+
+
+def rounds_cell(ratio, round_ratios, judged):
+    return cell("%.3f" % ratio, judged, "rounds %s" % ratio_range(round_ratios))
+
+
+def track_rows(document):
+    """(figure, target, measured by, cell) for track_overhead.py's figures of one run."""
+    rows = []
+    figures = document.get("figures", {})
+    for name, what, how in TRACK_FIGURES:
+        heading = "`gpuguard run --track`: %s, %s" % (what, how)
+        figure = figures.get(name)
+        if not figure:
+            rows.append((heading, "?", BY_TRACK, "not run (not in this run)"))
+            continue
+        rows.append((heading, "<= %g" % figure["target"], BY_TRACK,
+                     rounds_cell(figure["ratio"], figure["round_ratios"], figure["verdict"])))
+        if name == "cuMemAllocAsync pair ns":
+            inside = document.get("in_one_process", {}).get("track")
+            heading = "the same pair inside one process: the interposer's calls / the driver's own"
+            if not inside:
+                rows.append((heading, "<= %g" % figure["target"], BY_TRACK, "not run (not in this run)"))
+            else:
+                judged, _ = rounds_verdict([1.0] * len(inside["round_ratios"]), inside["round_ratios"],
+                                           figure["target"])
+                rows.append((heading, "<= %g" % figure["target"], BY_TRACK,
+                             rounds_cell(inside["ratio"], inside["round_ratios"], judged)))
+    return rows
+
+
+def torch_rows(document):
+    """(figure, target, measured by, cell) for torch_bench.py's figures of one run."""
+    from torch_bench import TARGETS  # its JSON does not repeat the targets; torch_bench imports this file
+    rows = []
+    for mode, heading in (("observe", "LibTorch adapter, observe mode: training step / native step"),
+                          ("swap_in", "LibTorch adapter, swap-in mode: training step / native step")):
+        target = "<= %g" % TARGETS[mode]
+        if mode not in document.get("ratios", {}):
+            rows.append((heading, target, BY_TORCH, "not run (not in this run)"))
+            continue
+        rows.append((heading, target, BY_TORCH, rounds_cell(document["ratios"][mode],
+                                                           document["round_ratios"][mode],
+                                                           document["verdicts"][mode])))
+    return rows
+
+
+def kept_rows(kept):
+    return (library_rows(kept["benchmarks"]) + track_rows(kept["track_overhead"])
+            + torch_rows(kept["torch_bench"]))
+
+
+def command_words(command):
+    """A recorded benchmark command with its program named without the directory it ran from, so
+    the page holds no path of one machine."""
+    words = shlex.split(command)
+    return shlex.join([os.path.basename(words[0])] + words[1:]) if words else command
+
+
+def docs_page(kept_by_model):
+    """docs/benchmarks.md from the kept results, one per GPU model (sorted by model)."""
+    models = sorted(kept_by_model)
+    if not models:
+        raise ValueError("no kept results to build the page from")
+    rows = {model: kept_rows(kept_by_model[model]) for model in models}
+    dated = {model: short_date(kept_by_model[model]["benchmarks"].get("context", {}).get("date"))
+             for model in models}
+    lines = [
+        TITLE, "",
+        "<!-- Generated by `python3 benchmarks/run_benchmarks.py docs` from benchmarks/results/*.json: edit "
+        "those (with `run_benchmarks.py keep`) or the script, never this page. -->", "",
+        "What gpuguard costs a program, on each GPU model it is tested on: the newest kept run of each. "
+        "Every figure is computed from the JSON in `benchmarks/results/`, written by the commands named "
+        "under \"The runs\". A figure of one run on one machine does not settle a target: two machines "
+        "of one kind can differ by more than a target's margin, which is why the rounds' range is shown.",
+        "", "## Where each target stands", "",
+        "| figure | target | measured by | %s |" % " | ".join(
+            "%s (%s, %s)" % (model, dated[model].split(" ")[0], kept_by_model[model]["commit"])
+            for model in models),
+        "|---|---|---|%s" % ("---|" * len(models))]
+    first = rows[models[0]]
+    for other in models[1:]:
+        if [r[:3] for r in rows[other]] != [r[:3] for r in first]:
+            raise ValueError("the kept results of %s and %s give different figures" % (models[0], other))
+    for index, (figure, target, by, _) in enumerate(first):
+        lines.append("| %s | %s | %s | %s |" % (figure, target, by,
+                                                " | ".join(rows[m][index][3] for m in models)))
+    lines += ["", "PASS: within the target; MISS: over it; within noise: the rounds' own ratios fall on "
+              "both sides of the target, so the run cannot tell.", "", "## The runs", "",
+              "| | %s |" % " | ".join(models), "|---|%s" % ("---|" * len(models))]
+    machines = [kept_by_model[m]["benchmarks"].get("context", {}).get("gpuguard_machine", {}) for m in models]
+    lines.append("| GPU | %s |" % " | ".join(
+        ", ".join("%s (driver %s)" % (g["name"], g["driver"]) for g in mach.get("gpus", [])) for mach in machines))
+    lines.append("| CPU | %s |" % " | ".join("%s, %s cores" % (mach.get("cpu", "?"), mach.get("cores", "?"))
+                                             for mach in machines))
+    lines.append("| date | %s |" % " | ".join(dated[m] for m in models))
+    lines.append("| commit | %s |" % " | ".join(kept_by_model[m]["commit"] for m in models))
+    lines.append("| command | %s |" % " | ".join("`%s`" % kept_by_model[m]["command"] for m in models))
+    lines.append("| kept in | %s |" % " | ".join("`benchmarks/results/%s.json`" % m.lower() for m in models))
+    lines += ["", "The benchmark programs ran as:", ""]
+    seen = []
+    for model in models:
+        for command in bench_commands(kept_by_model[model]["benchmarks"]):
+            shown = command_words(command)
+            if shown not in seen:
+                seen.append(shown)
+    lines += ["- `%s`" % c for c in seen]
+    lines += track_parts_lines(kept_by_model, models)
+    lines += ["", "## How it is measured", ""] + HOW_MEASURED
+    text = "\n".join(lines) + "\n"
+    return text
+
+
+# track_overhead.py's arms besides plain and --track, in the order shown: what they tell apart.
+TRACK_PARTS = (("preload", "`LD_PRELOAD` of the interposer alone, no supervisor"),
+               ("run", "`gpuguard run` without `--track`"),
+               ("at_once", "`--track` recording on the calling thread (`GPUGUARD_TRACK_DEFER=0`)"))
+
+
+def track_parts_lines(kept_by_model, models):
+    """What `--track`'s cost is made of: each other arm of track_overhead.py against plain, per figure
+    and GPU model (median of the rounds; "-" where the run had no such arm)."""
+    lines = ["", "## `--track`, taken apart", "",
+             "Each arm of `track_overhead.py` against the plain program, median of the rounds: whether "
+             "a cost is the interposer's, the supervisor's, or the recording's (what recording off the "
+             "calling thread saves).", "",
+             "| figure | arm (its time / plain's) | %s |" % " | ".join(models), "|---|---|%s" % ("---|" * len(models))]
+    for name, what, _ in TRACK_FIGURES:
+        for arm, title in TRACK_PARTS:
+            cells = []
+            for model in models:
+                figure = kept_by_model[model]["track_overhead"].get("figures", {}).get(name, {})
+                ratio = figure.get(arm + "_ratio")
+                cells.append("%.3f" % ratio if ratio is not None else "-")
+            if any(c != "-" for c in cells):
+                lines.append("| %s | %s | %s |" % (what, title, " | ".join(cells)))
+    return lines
+
+
+HOW_MEASURED = [
+    "- **The library's hot path** (`benchmarks/gpuguard_tracking_bench`, Google Benchmark): each tracked "
+    "benchmark has an untracked twin in the same run, and every repetition of every benchmark runs in "
+    "one random interleaved order, so a machine's drift falls on both. A figure is the median of the "
+    "repetitions; a benchmark with a failed repetition counts as not run. The alternating benchmarks "
+    "time a tracked and an untracked batch in turn inside one loop and report the median of those "
+    "batches' own ratios.",
+    "- **Operation scopes and the JSONL writer** (`benchmarks/gpuguard_ops_bench`): batches of 8192 "
+    "scope bodies while the writer thread drains the queue into the JSONL sink; a figure is the time "
+    "per body. The writer's rate is 65536 scopes written to a file, none dropped.",
+    "- **`gpuguard run --track`** (`benchmarks/track_overhead.py`): a plain program against the same "
+    "program under `gpuguard run --track`, in separate processes, in rounds that each run every arm "
+    "once in a rotated order. The figure is the median of the rounds; the verdict looks at each "
+    "round's own ratio. The program also times the stream-ordered pair inside one process, through "
+    "the interposer and through the driver's entry points in alternating batches.",
+    "- **The LibTorch adapter** (`benchmarks/torch_bench.py`): `examples/torch_cnn`'s median step "
+    "time in observe and swap-in mode against PyTorch's native allocator, the modes interleaved in "
+    "rounds of 1000 timed steps.",
+    "",
+    "To measure again on a machine with one H100 or H200, and keep the run:",
+    "",
+    "```sh",
+    "bash scripts/gpu-runner.sh bench          # writes gpu-runner-out/{benchmarks,track_overhead,torch_bench}.json",
+    "python3 benchmarks/run_benchmarks.py keep gpu-runner-out --commit \"$(git rev-parse --short HEAD)\"",
+    "python3 benchmarks/run_benchmarks.py docs # rebuilds this page from benchmarks/results/",
+    "```",
+    "",
+    "To judge a change to the hot path, time it against the code before it in one run on one machine: "
+    "`benchmarks/ab_tracking.sh PATCH [ROUNDS]` builds the benchmarks with and without the patch and "
+    "interleaves them. `benchmarks/ledger_instructions.sh [BUILD_DIR]` counts the instructions the "
+    "ledger runs per tracked pair (callgrind), which is exact for a build where times vary by machine.",
+]
+
+
+def load_kept(directory):
+    """{model: kept document} for every benchmarks/results/*.json."""
+    kept = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json"):
+            with open(os.path.join(directory, name)) as f:
+                document = json.load(f)
+            kept[document["model"]] = document
+    return kept
+
+
+def keep_main(argv):
+    parser = argparse.ArgumentParser(
+        prog="run_benchmarks.py keep",
+        description="Keep one GPU runner's results as benchmarks/results/<model>.json, the source of "
+                    "docs/benchmarks.md. The three results must come from one run on one machine.")
+    parser.add_argument("runner_out", nargs="?", metavar="RUNNER_OUT",
+                        help="scripts/gpu-runner.sh's output folder (benchmarks.json, track_overhead.json, "
+                             "torch_bench.json)")
+    parser.add_argument("--benchmarks", metavar="FILE", help="the benchmark programs' JSON (--json-out)")
+    parser.add_argument("--track-overhead", metavar="FILE", help="track_overhead.py's JSON")
+    parser.add_argument("--torch-bench", metavar="FILE", help="torch_bench.py's JSON")
+    parser.add_argument("--commit", required=True, help="the commit the run built")
+    parser.add_argument("--command", default="bash scripts/gpu-runner.sh bench",
+                        help="the command that made the results (default: %(default)s)")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where to keep it (default benchmarks/results)")
+    args = parser.parse_args(argv)
+    documents = {}
+    for key, file_name in RUNNER_FILES.items():
+        path = getattr(args, key) or (os.path.join(args.runner_out, file_name) if args.runner_out else None)
+        if path is None:
+            parser.error("name RUNNER_OUT or --%s FILE" % key.replace("_", "-"))
+        try:
+            with open(path) as f:
+                documents[key] = json.load(f)
+        except (OSError, ValueError) as error:
+            parser.error("cannot read %s: %s" % (path, error))
+    try:
+        kept = kept_result(documents["benchmarks"], documents["track_overhead"], documents["torch_bench"],
+                           args.commit, args.command)
+    except ValueError as error:
+        parser.error(str(error))
+    os.makedirs(args.results_dir, exist_ok=True)
+    path = os.path.join(args.results_dir, kept["model"].lower() + ".json")
+    with open(path, "w") as f:
+        json.dump(kept, f, indent=1)
+        f.write("\n")
+    print("run_benchmarks.py keep: wrote %s" % path)
+
+
+def docs_main(argv):
+    parser = argparse.ArgumentParser(
+        prog="run_benchmarks.py docs",
+        description="Build docs/benchmarks.md from the kept results in benchmarks/results.")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="the kept results (default benchmarks/results)")
+    parser.add_argument("--out", default=DOCS_PAGE, help="the page (default docs/benchmarks.md); - for stdout")
+    args = parser.parse_args(argv)
+    try:
+        text = docs_page(load_kept(args.results_dir))
+    except (OSError, ValueError, KeyError) as error:
+        parser.error("cannot build the page from %s: %s" % (args.results_dir, error))
+    lines = text.count("\n")
+    if lines > DOCS_LINE_LIMIT:
+        parser.error("the page would be %d lines, over its %d" % (lines, DOCS_LINE_LIMIT))
+    if args.out == "-":
+        sys.stdout.write(text)
+        return
+    with open(args.out, "w") as f:
+        f.write(text)
+    print("run_benchmarks.py docs: wrote %s (%d lines)" % (args.out, lines))
+
+
 # ---- running ----------------------------------------------------------------------------------------
 def run_one(bench, args):
     """(command, JSON document) of one program's run."""
@@ -812,11 +1204,14 @@ def own_sections(path):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("docs", "keep"):
+        (docs_main if sys.argv[1] == "docs" else keep_main)(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", action="append", metavar="BINARY",
                         help="a benchmark program; repeat for several (default: %s and %s in "
                              "build/benchmarks)" % (TRACKING_PROGRAM, OPS_PROGRAM))
-    parser.add_argument("--out", default=DEFAULT_OUT, help="Markdown file (default docs/benchmarks.md)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="Markdown file (default benchmarks.md in the current directory)")
     parser.add_argument("--append-section", metavar="NAME",
                         help="write the report as section '## NAME' of --out, keeping others")
     parser.add_argument("--json-in", metavar="FILE", help="build from this JSON; do not run")

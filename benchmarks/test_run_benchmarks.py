@@ -9,10 +9,16 @@ replaced by the entries Google Benchmark writes for SkipWithError), and checks t
 
 testdata/cpu_machine_2026-12-02.json is the JSON of a run of both programs (gpuguard_tracking_bench
 and gpuguard_ops_bench) on the 2-core CPU machine, every repetition kept: the source of the CPU
-section of docs/benchmarks.md. From it the test checks the operation-scope, producer, latency and
+CPU machine's figures. From it the test checks the operation-scope, producer, latency and
 JSONL-writer rows and verdicts, that a failed repetition hidden by the aggregates still makes its
 benchmark "not run", and, with stand-in programs that print parts of it, that several --bench
-programs are run and their results merged. Plain python3; exits non-zero on the first failed check.
+programs are run and their results merged.
+
+benchmarks/results/<model>.json are the kept GPU runs that docs/benchmarks.md is generated from
+(`run_benchmarks.py docs`): the test regenerates the page and requires it to equal the committed one
+and to stay within its line limit, recomputes figures of the page from the JSON, and checks that
+`run_benchmarks.py keep` writes the same kept file from a runner's output folder and refuses results
+of different machines. Plain python3; exits non-zero on the first failed check.
 """
 import copy
 import json
@@ -26,6 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "run_benchmarks.py")
 SAMPLE = os.path.join(HERE, "testdata", "sample.json")
 CPU_RUN = os.path.join(HERE, "testdata", "cpu_machine_2026-12-02.json")
+RESULTS = os.path.join(HERE, "results")
+DOCS_PAGE = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
+README = os.path.join(os.path.dirname(HERE), "README.md")
 NO_GPU = "not run (no GPU on this machine)"
 CUDA_NAMES = ("BM_cuda_malloc_pair/untracked/real_time", "BM_cuda_malloc_pair/tracked/real_time",
               "BM_cuda_async_pair/untracked/real_time", "BM_cuda_async_pair/tracked/real_time")
@@ -484,6 +493,142 @@ def check_clock_line(tmp, doc, out):
     assert "The exact clock is the TSC or steady_clock (the run did not record" in run(tmp, timed, out)
 
 
+def page_row(text, figure):
+    rows = [line for line in text.splitlines() if line.startswith("| " + figure + " |")]
+    assert len(rows) == 1, "one row for %r, found %d:\n%s" % (figure, len(rows), text)
+    return [c.strip() for c in rows[0].strip("|").split("|")]
+
+
+def generate(results_dir, out):
+    done = subprocess.run([sys.executable, SCRIPT, "docs", "--results-dir", results_dir, "--out", out],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, "run_benchmarks.py docs failed:\n" + done.stderr
+    with open(out) as f:
+        return f.read()
+
+
+def check_docs_page(tmp):
+    """docs/benchmarks.md is exactly what `run_benchmarks.py docs` builds from benchmarks/results,
+    within its line limit, and its figures are the kept JSON's."""
+    text = generate(RESULTS, os.path.join(tmp, "page.md"))
+    with open(DOCS_PAGE) as f:
+        committed = f.read()
+    assert text == committed, ("docs/benchmarks.md differs from what `python3 benchmarks/run_benchmarks.py "
+                               "docs` builds from benchmarks/results: regenerate it")
+    assert committed.count("\n") <= 250, "docs/benchmarks.md has %d lines, over 250" % committed.count("\n")
+    models = sorted(name[:-5].upper() for name in os.listdir(RESULTS) if name.endswith(".json"))
+    assert models == ["H100", "H200"], models
+    assert "/work/" not in text and "/tmp/" not in text, "no path of one machine on the page"
+
+    # Figures recomputed here from the kept JSON: the page invents nothing.
+    for column, model in enumerate(models, start=3):
+        with open(os.path.join(RESULTS, model.lower() + ".json")) as f:
+            kept = json.load(f)
+        assert kept["model"] == model
+        assert "%s (%s, %s)" % (model, kept["benchmarks"]["context"]["date"][:10], kept["commit"]) in text
+        doc = kept["benchmarks"]
+        added = (median(doc, "BM_host_pair/tracked/real_time/threads:1")
+                 - median(doc, "BM_host_pair/untracked/real_time/threads:1"))
+        cells = page_row(text, "host allocate+deallocate pair (256 B), tracked minus untracked")
+        assert cells[1] == "<= +50 ns" and cells[column].startswith("%+.1f ns (" % added), cells
+        assert cells[column].endswith(": PASS" if added <= 50 else ": MISS"), cells
+        ratio = (median(doc, "BM_cuda_malloc_pair/tracked/real_time")
+                 / median(doc, "BM_cuda_malloc_pair/untracked/real_time"))
+        cells = page_row(text, "cudaMalloc/cudaFree pair (1 MiB), tracked / untracked")
+        assert cells[column].startswith("%.3f (" % ratio), cells
+        step = kept["track_overhead"]["figures"]["median step ms"]
+        cells = page_row(text, "`gpuguard run --track`: a PyTorch training step, tracked / plain")
+        assert cells[column] == "%.3f (rounds %.3f to %.3f): %s" % (
+            step["ratio"], min(step["round_ratios"]), max(step["round_ratios"]), step["verdict"]), cells
+        torch = kept["torch_bench"]
+        cells = page_row(text, "LibTorch adapter, swap-in mode: training step / native step")
+        assert cells[1] == "<= 1.15" and cells[column].startswith("%.3f (" % torch["ratios"]["swap_in"]), cells
+        assert cells[column].endswith(": " + torch["verdicts"]["swap_in"]), cells
+        assert "`%s`" % kept["command"] in text
+
+    # A verdict follows its number: the H100's stream-ordered pair made cheaper passes.
+    moved = os.path.join(tmp, "moved")
+    os.makedirs(moved)
+    for model in models:
+        with open(os.path.join(RESULTS, model.lower() + ".json")) as f:
+            kept = json.load(f)
+        if model == "H100":
+            untracked = median(kept["benchmarks"], "BM_cuda_async_pair/untracked/real_time")
+            set_median(kept["benchmarks"], "BM_cuda_async_pair/tracked/real_time", "real_time", untracked * 1.05)
+        with open(os.path.join(moved, model.lower() + ".json"), "w") as f:
+            json.dump(kept, f)
+    cells = page_row(generate(moved, os.path.join(tmp, "moved.md")),
+                     "cudaMallocAsync/cudaFreeAsync pair (1 MiB), tracked / untracked")
+    assert cells[3].startswith("1.050 (") and cells[3].endswith(": PASS"), cells
+    assert cells[4] == page_row(text, "cudaMallocAsync/cudaFreeAsync pair (1 MiB), tracked / untracked")[4]
+
+
+def check_readme_costs():
+    """README.md's "What it costs" copies figures of docs/benchmarks.md: each of its rows names the
+    target and the H100 and H200 figures of one row of the page, so a regenerated page with new
+    figures makes this fail until the README is copied again."""
+    with open(README) as f:
+        section = f.read().split("## What it costs\n")[1].split("\n## ")[0]
+    with open(DOCS_PAGE) as f:
+        page_rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+                     for line in f if line.startswith("| ") and line.count("|") == 6]
+    header = [line for line in section.splitlines() if line.startswith("| figure |")]
+    assert header == ["| figure | target | H100 (2026-12-06) | H200 (2026-12-06) |"], header
+    with open(DOCS_PAGE) as f:
+        page = f.read()
+    assert "| H100 (2026-12-06, " in page and "| H200 (2026-12-06, " in page, "the README's dates are the page's"
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| figure |")]
+    assert len(rows) >= 5, rows
+    for figure, target, h100, h200 in rows:
+        def shows(cell, value):  # the page's cell is "VALUE (detail): VERDICT" or "VALUE: VERDICT"
+            return cell.startswith(value + " (") or cell.startswith(value + ":")
+        matches = [r for r in page_rows if r[1] == target and shows(r[3], h100) and shows(r[4], h200)]
+        assert matches, "README's %r (%s, %s, %s) is not a row of docs/benchmarks.md" % (figure, target, h100, h200)
+
+
+def check_keep(tmp):
+    """`keep` makes the kept file from a GPU runner's output folder, and refuses a mix of machines."""
+    with open(os.path.join(RESULTS, "h100.json")) as f:
+        kept = json.load(f)
+    runner_out = os.path.join(tmp, "gpu-runner-out")
+    os.makedirs(runner_out)
+    for key in ("benchmarks", "track_overhead", "torch_bench"):
+        with open(os.path.join(runner_out, key + ".json"), "w") as f:
+            json.dump(kept[key], f)
+    results = os.path.join(tmp, "results")
+    done = subprocess.run([sys.executable, SCRIPT, "keep", runner_out, "--commit", kept["commit"],
+                           "--command", kept["command"], "--results-dir", results], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with open(os.path.join(results, "h100.json")) as f:
+        assert json.load(f) == kept, "keep wrote what benchmarks/results/h100.json holds"
+
+    # torch_bench.py's result from another machine: refused by name, nothing written.
+    other = copy.deepcopy(kept["torch_bench"])
+    other["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "580.159.04"}]
+    with open(os.path.join(runner_out, "torch_bench.json"), "w") as f:
+        json.dump(other, f)
+    os.remove(os.path.join(results, "h100.json"))
+    done = subprocess.run([sys.executable, SCRIPT, "keep", runner_out, "--commit", "abc1234",
+                           "--results-dir", results], capture_output=True, text=True)
+    assert done.returncode == 2, done
+    assert "the torch_bench result ran on a H200, the benchmark programs' on a H100" in done.stderr, done.stderr
+    assert not os.listdir(results), "nothing kept"
+    # A missing file is named; a run without a GPU names no model to keep it under.
+    os.remove(os.path.join(runner_out, "track_overhead.json"))
+    done = subprocess.run([sys.executable, SCRIPT, "keep", runner_out, "--commit", "abc1234",
+                           "--results-dir", results], capture_output=True, text=True)
+    assert done.returncode == 2 and "track_overhead.json" in done.stderr, done.stderr
+    sys.path.insert(0, HERE)
+    import run_benchmarks
+    try:
+        run_benchmarks.gpu_model({"gpus": []})
+        raise AssertionError("a run without a GPU has no model")
+    except ValueError as error:
+        assert "recorded no GPU" in str(error), error
+    assert run_benchmarks.gpu_model({"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}) == "H100"
+
+
 def main():
     with open(SAMPLE) as f:
         doc = json.load(f)
@@ -599,6 +744,9 @@ def main():
         check_ops_verdicts(tmp, cpu_run, out)
         check_failed_repetition(tmp, cpu_run, out)
         check_programs(tmp, cpu_run, doc)
+        check_docs_page(tmp)
+        check_readme_costs()
+        check_keep(tmp)
     print("test_run_benchmarks.py: all checks passed")
 
 

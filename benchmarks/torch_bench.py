@@ -4,12 +4,12 @@ observe and swap-in mode as ratios against the native allocator, measured in one
 modes interleaved (so drift in clocks or temperature falls on all of them alike).
 
     python3 benchmarks/torch_bench.py TORCH_CNN [--rounds 5] [--steps 210] [--inside]
-        [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+        [--out FILE.md --append-section NAME] [--json-out FILE]
     python3 benchmarks/torch_bench.py --json-in FILE [--out ... --append-section NAME]
 
 Each round runs every mode once (`TORCH_CNN --mode M --bench --no-leak --steps N`; the program
 drops its first 10 steps as warm-up and prints the median of the rest), starting one mode later
-than the round before. A mode's figure is the median over rounds. Targets (issue 7): observe at
+than the round before. A mode's figure is the median over rounds. Targets: observe at
 most 1.01 times native, swap-in at most 1.15 times. The verdict looks at every round's own ratio
 (the mode against the native run of the same round): PASS if each is within the target, MISS if
 none is, "within noise" if the rounds disagree. A fourth mode, native_async, runs PyTorch's own
@@ -22,8 +22,8 @@ next one's. With --inside, observe's target is also judged inside processes: the
 each round gets `--split STEPS/2` (printing the median of its steps before and after the split),
 and an observe run attaching gpuguard at the split joins the round. A round's figure is observe's
 after/before over native's after/before: what attaching changed, less what the second half of a
-native run drifts. (Not by default: on the H100 machine a native process's halves drifted as far
-apart as two processes, docs/benchmarks.md, and the extra run costs the GPU runner time.)
+native run drifts. (Not by default: a native process's halves have drifted as far apart as two
+processes, and the extra run costs the GPU runner time.)
 Exits 77 without a GPU (the program does), 0 otherwise; a missed target is reported in the table,
 not as a failure of this script.
 """

@@ -6,14 +6,14 @@ one run with the two interleaved round by round (so drift falls on both alike):
   - track_step.py: a PyTorch training step (target: at most 1.01 of plain).
 
     python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH [--rounds 5] [--parts]
-        [--out docs/benchmarks.md --append-section NAME] [--json-out FILE]
+        [--out FILE.md --append-section NAME] [--json-out FILE]
 
 A figure is the median over rounds of each run's median; --json-out keeps the figures and every
 arm's value in every round ("per_round"). The verdict looks at every round's own ratio (--track
 against the plain run of the same round): PASS if each is within the target, MISS if none is,
 "within noise" if the rounds disagree. Beside it, the fastest rounds' ratio (--track's fastest
 round against plain's fastest): noise only adds time, and on a machine where a process runs in
-a fast or a slow state from one run to the next (the H200 machine of 2026-12-06), the two fastest
+a fast or a slow state from one run to the next (an H200 has done so), the two fastest
 are the nearest to a comparison of like with like (if each arm had a fast round: a few rounds
 do not make sure of that). Exits 77 without a GPU, 0 otherwise; a missed target is
 reported in the table, not as a failure of this script.

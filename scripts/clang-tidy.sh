@@ -13,7 +13,7 @@ db="$build/compile_commands.json"
 # One line per file: "T path" for a file that includes LibTorch's C++ front end (<torch/...>: the
 # torch tests, the example, the evidence job), "- path" for the rest. In the first kind,
 # performance-unnecessary-value-param is off: it weighs every parameter of every function those
-# headers define (70 of the 100 s such a file took on a 2-core machine), and LibTorch's own style
+# headers define (most of the time such a file takes), and LibTorch's own style
 # is to pass tensors by value. The adapter's sources (c10 and ATen headers) keep it. The slow kind
 # goes first, so that two of them do not end the run alone.
 mapfile -t files < <(python3 - "$db" "$root" <<'PY'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The evidence harness on a GPU machine (docs/evidence.md), in device commands of at most 10
-# minutes: builds what it needs (the CLI and evidence_job, reusing $GPUGUARD_GPU_BUILD when the
+# The evidence harness on a GPU machine (docs/evidence.md), in calls of bounded length (--budget-s):
+# builds what it needs (the CLI and evidence_job, reusing $GPUGUARD_GPU_BUILD when the
 # machine still has it), then runs the scenarios' trials, all arms, resuming where the last command
 # stopped, until --budget-s seconds from its start would pass in the next trial. Run the same
 # command again until it prints "evidence: complete". Every call writes the report of what is
@@ -10,11 +10,11 @@
 #                                    [-- harness options...]
 #   --budget-s S    stop starting trials S seconds after this script started (default 540)
 #   --from ARCHIVE  an evidence.tgz of an earlier call, unpacked first when no trial is recorded here
-#                   (to go on after the machine was given back)
+#                   (to go on where an earlier call stopped, on a fresh machine)
 #   scenarios       default: all three, in that order; "complete" counts the full size (20 trials
 #                   per arm of kill and abnormal, 5 rounds per arm of contention)
 # State (trials.jsonl per scenario) is kept in $GPUGUARD_EVIDENCE_DIR (default /tmp/gpuguard-evidence),
-# which a warm device machine keeps between calls; the results go to $OUT (default ./evidence-out).
+# which later calls on the same machine find; the results go to $OUT (default ./evidence-out).
 set -uo pipefail
 start=$SECONDS
 budget=540
@@ -86,7 +86,7 @@ if [ ${#dirs[@]} -gt 0 ]; then
   python3 "$root/benchmarks/evidence/report.py" "${dirs[@]}" --out "$state/results.md" --plots "$state/results" || status=1
   cp "$state/results.md" "$out/results.md"
 fi
-# The device tool brings back few files: everything travels as one archive.
+# Everything travels as one archive, which --from takes on a machine without the state.
 tar -czf "$out/evidence.tgz" -C "$state" . 2>/dev/null
 if [ "$complete" -eq 1 ]; then echo "evidence: complete"; else echo "evidence: not complete: run the same command again"; fi
 echo "evidence-runner: $((SECONDS - start)) s"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the header-only libraries the CLI builds with (nlohmann-json and CLI11, Debian's packages
-# on this machine) into .gpu-deps/, for a GPU machine that cannot install packages: pass .gpu-deps
-# to the device tool's carry, and scripts/gpu-runner.sh finds them there (CMAKE_PREFIX_PATH) when
+# on this machine) into .gpu-deps/, for a GPU machine that cannot install packages: copy .gpu-deps
+# into the tree there, and scripts/gpu-runner.sh finds them (CMAKE_PREFIX_PATH) when
 # the machine has none of its own. Headers and CMake package files only: 1.5 MB.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU runner: on a machine with a GPU (an H200 or an H100 through the device tool), builds what the chosen
+# The GPU runner: on a machine with a GPU (one H100 or H200), builds what the chosen
 # slices need and runs the tests that need a GPU or behave differently with one, with GPU tests
 # required (a GPU test that skips fails), then prints a summary with the time of each step. The
 # CPU-only suite (lint, sanitizers, consumer builds, the browser) is CI's, not the runner's.
@@ -12,12 +12,12 @@
 #   all      every slice above, after building everything; also checks that every test labelled
 #            gpu belongs to a slice
 # Logs and results go to $OUT (default ./gpu-runner-out); the build to $GPUGUARD_GPU_BUILD
-# (default ./build-gpu, which the device tool keeps between calls while its machine is warm). The
+# (default ./build-gpu, kept between runs, so a second run builds only what changed). The
 # benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3), the --track comparison
 # GPUGUARD_BENCH_ROUNDS rounds (default 3) and the LibTorch step-time comparison
-# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), so that the slice fits its three minutes;
+# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), which keep the bench slice short;
 # GPUGUARD_TORCH_BENCH_INSIDE=1 adds torch_bench.py's inside-process judgement of observe (--inside).
-# docs/testing.md says which slice to run after which change, and what each costs on the H200.
+# docs/testing.md says which slice to run after which change.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-"$root/gpu-runner-out"}
@@ -108,8 +108,8 @@ export GPUGUARD_REQUIRE_GPU=1
 # the summary) where there is one.
 gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
 gpus=$(printf '%s' "$gpu_names" | grep -c .)
-# The benchmark sections are named after the GPU that ran them ("H200 machine", "H100 machine"):
-# the device tool may lend either.
+# The benchmark sections are named after the GPU that ran them ("H200 machine", "H100 machine"),
+# so results of the two kinds are never read as one.
 gpu_model=$(printf '%s\n' "$gpu_names" | head -1 | awk '{ sub(/^NVIDIA /, ""); print $1 }')
 machine="${gpu_model:-GPU} machine"
 if [ "${gpus:-0}" -ge 2 ]; then
@@ -203,6 +203,6 @@ echo "tests: $total_passed passed, $total_failed failed, $total_skipped skipped 
 echo "total: $((SECONDS - run_start)) s"
 echo "result: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)"
 
-# The device tool brings back at most 8 files: the logs travel as one archive.
+# The logs travel as one archive, so that a copy of $OUT is a handful of files.
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 exit "$status"

@@ -50,7 +50,8 @@ case "$kind" in
     excluded='_NOT_BUILT|^(core\.preload|core\.leak_report$)'
     ;;
 esac
-# The ledger's 8-thread stress with a tenth of its pairs: 100 s under a sanitizer otherwise, and
+# The ledger's 8-thread stress with a tenth of its pairs: whole, it is the slowest test under a
+# sanitizer, and
 # the plain build runs it whole (and under TSan as tsan.ledger_stress).
 export GPUGUARD_STRESS_PAIRS=${GPUGUARD_STRESS_PAIRS:-100000}
 

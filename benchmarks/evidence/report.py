@@ -33,6 +33,24 @@ COLOURS = {"plain": "#d62728", "guarded": "#2ca02c", "doctor": "#1f77b4"}
 REFERENCE_MACHINE = "A100, Ubuntu 20.04, PyTorch 1.12 to 2.0, no guard"
 
 
+def shown_command(argv):
+    """A recorded harness command as a reader can run it anywhere: the harness by its path in the
+    repository, the programs under $BUILD (the build folder), the output folder under $OUT, so no
+    path of the machine that ran it is printed."""
+    if not argv:
+        return "(not recorded)"
+    shown = ["benchmarks/evidence/harness.py" if argv[0].endswith("harness.py") else os.path.basename(argv[0])]
+    for previous, word in zip(argv, argv[1:]):
+        if previous == "--out" and os.path.isabs(word):
+            word = "$OUT/" + os.path.basename(word.rstrip("/"))
+        elif os.path.isabs(word):
+            inside = [word.rfind(part) for part in ("/benchmarks/", "/src/", "/examples/")]
+            start = max(inside)
+            word = "$BUILD" + word[start:] if start >= 0 else os.path.basename(word)
+        shown.append(word)
+    return " ".join(shown)
+
+
 def load(directories):
     trials, runs = [], {}
     for d in directories:
@@ -260,7 +278,7 @@ def main():
            + "; ".join(f"*{a}*, {t}" for a, t in ARM_TEXT.items()) + ".", "",
            "To run it again on a GPU machine: `bash scripts/evidence-runner.sh` until it prints "
            "`evidence: complete`, then this script over the three scenario folders; each scenario lists the "
-           "harness commands the runner ran for it.", ""]
+           "harness commands the runner ran for it ($BUILD is the build folder, $OUT the harness's output folder).", ""]
     for scenario, title in SCENARIOS.items():
         of_scenario = [t for t in trials if t["scenario"] == scenario]
         if not of_scenario:
@@ -275,7 +293,7 @@ def main():
                 f"date {', '.join(dates)}"
                 + ("; **fake device (a test run, not a GPU)**" if info.get("fake_device") else "") + ".", "",
                 "Commands:", ""]
-        out += [f"    {' '.join(i.get('argv', ['(not recorded)']))}" for i in infos] or ["    (not recorded)"]
+        out += [f"    {shown_command(i.get('argv'))}" for i in infos] or ["    (not recorded)"]
         out += ["",
                 "| arm | trials | peak (MiB) | residue at 1 s (MiB, % of peak) | residue at 10 s (MiB) "
                 "| trials with residue at 1 s / 10 s | back from the fault: median / max (s) | never back "

@@ -265,6 +265,9 @@ def published_results_tests(tmp):
             except FileNotFoundError:
                 stale.append(name + " (missing)")
     check(not stale, f"docs/results.md and its plots are current with the recorded trials ({stale or 'all equal'})")
+    with open(os.path.join(docs, "results.md")) as f:
+        text = f.read()
+    check("/work/" not in text and "/tmp/" not in text, "docs/results.md prints no path of the machine that ran the trials")
 
 
 def bad_input_tests(tmp):

@@ -26,8 +26,8 @@ SVG_NS = "http://www.w3.org/2000/svg"   # the one URL the page may contain (crea
 
 
 def run(*args, stdin=None):
-    # 180 s: the million-event log takes about 36 s under ASan alone, and 69 s timed out once with
-    # another build sharing the two cores.
+    # 180 s: the million-event log is slow under ASan, and slower again with another build sharing
+    # a small machine's cores; a shorter limit has timed out there.
     return subprocess.run([GPUGUARD, "report", *args], input=stdin, capture_output=True, timeout=180)
 
 

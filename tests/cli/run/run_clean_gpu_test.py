@@ -11,7 +11,7 @@ holder the boundary ends, and fails for memory the boundary cannot give back.
              to where it was before the job: gpuguard run exits 125 and names the extra memory.
 
 Memory is read through NVML (no CUDA context in this process). Without NVML, a GPU or torch it
-exits 77 (skipped), unless GPUGUARD_REQUIRE_GPU=1, when it fails. Takes about 20 s on the H200.
+exits 77 (skipped), unless GPUGUARD_REQUIRE_GPU=1, when it fails.
 
 usage: run_clean_gpu_test.py GPUGUARD
 """
