@@ -7,6 +7,7 @@
 #include "util/format.hpp"
 #include "ledger/stacks.hpp"
 #include "tracking/report_json.hpp"
+#include "util/json_text.hpp"
 #include "util/program_path.hpp"
 
 #include <algorithm>
@@ -46,17 +47,17 @@ class jsonl_sink final : public sink {
 
   void device(const device_info& info, std::int64_t time_ns) override {
     std::string& out = begin("device", time_ns);
-    field(out, "device", info.device);
+    append_field(out, "device", info.device);
     out += ",\"name\":";
     append_json_string(out, info.name);
-    field(out, "total_bytes", info.total_bytes);
+    append_field(out, "total_bytes", info.total_bytes);
     end();
   }
 
   void thread(const thread_info& info, std::int64_t time_ns) override {
     std::string& out = begin("thread", time_ns);
-    field(out, "thread", info.thread);
-    field(out, "tid", info.tid);
+    append_field(out, "thread", info.thread);
+    append_field(out, "tid", info.tid);
     out += ",\"name\":";
     append_json_string(out, info.name);
     end();
@@ -66,45 +67,45 @@ class jsonl_sink final : public sink {
     std::string& out = begin("op", op.start_ns);
     out += ",\"name\":";
     append_json_string(out, op.name_view());
-    field(out, "thread", op.thread);
-    field(out, "depth", op.depth);
-    field(out, "dur", op.duration_ns);
-    field(out, "alloc_bytes", op.alloc_bytes);
-    field(out, "free_bytes", op.free_bytes);
-    field(out, "net_bytes", op.net_bytes);
-    field(out, "peak_bytes", op.peak_bytes);
-    field(out, "allocs", op.allocs);
-    field(out, "frees", op.frees);
+    append_field(out, "thread", op.thread);
+    append_field(out, "depth", op.depth);
+    append_field(out, "dur", op.duration_ns);
+    append_field(out, "alloc_bytes", op.alloc_bytes);
+    append_field(out, "free_bytes", op.free_bytes);
+    append_field(out, "net_bytes", op.net_bytes);
+    append_field(out, "peak_bytes", op.peak_bytes);
+    append_field(out, "allocs", op.allocs);
+    append_field(out, "frees", op.frees);
     out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
     if (op.device_queried) {
-      field(out, "device", op.device);
-      field(out, "used_before", op.used_before);
-      field(out, "used_after", op.used_after);
+      append_field(out, "device", op.device);
+      append_field(out, "used_before", op.used_before);
+      append_field(out, "used_after", op.used_after);
       if (op.pool_queried) {
-        field(out, "pool_reserved_delta", op.pool_reserved_delta);
-        field(out, "pool_used_delta", op.pool_used_delta);
+        append_field(out, "pool_reserved_delta", op.pool_reserved_delta);
+        append_field(out, "pool_used_delta", op.pool_used_delta);
       }
     }
     if (op.framework != nullptr) {
-      if (!op.device_queried) { field(out, "device", op.device); }
+      if (!op.device_queried) { append_field(out, "device", op.device); }
       out += ",\"framework\":";
       append_json_string(out, op.framework);
-      field(out, "framework_allocated_delta", op.framework_allocated_delta);
-      field(out, "framework_reserved_delta", op.framework_reserved_delta);
+      append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
+      append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
     }
     end();
   }
 
   void mem(const mem_sample& sample) override {
     std::string& out = begin("mem", sample.time_ns);
-    field(out, "device", sample.device);
-    field(out, "live_bytes", sample.live_bytes);
-    field(out, "peak_bytes", sample.interval_peak_bytes);
-    field(out, "allocations", sample.allocations);
-    field(out, "frees", sample.frees);
+    append_field(out, "device", sample.device);
+    append_field(out, "live_bytes", sample.live_bytes);
+    append_field(out, "peak_bytes", sample.interval_peak_bytes);
+    append_field(out, "allocations", sample.allocations);
+    append_field(out, "frees", sample.frees);
     if (sample.queried) {
-      field(out, "used_bytes", sample.used_bytes);
-      field(out, "total_bytes", sample.total_bytes);
+      append_field(out, "used_bytes", sample.used_bytes);
+      append_field(out, "total_bytes", sample.total_bytes);
     }
     end();
   }
@@ -112,31 +113,31 @@ class jsonl_sink final : public sink {
   [[nodiscard]] bool wants_timeline() const override { return true; }
   void mem_event(const detail::mem_event& e) override {
     std::string& out = begin(e.alloc ? "alloc" : "free", e.time_ns);
-    field(out, "device", e.device);
+    append_field(out, "device", e.device);
     char address[32];
     std::snprintf(address, sizeof address, ",\"address\":\"0x%" PRIxPTR "\"", e.address);
     out += address;
-    field(out, "bytes", e.bytes);
-    field(out, "live_bytes", e.live_bytes);
-    field(out, "site", e.site);
-    field(out, "thread", e.thread);
+    append_field(out, "bytes", e.bytes);
+    append_field(out, "live_bytes", e.live_bytes);
+    append_field(out, "site", e.site);
+    append_field(out, "thread", e.thread);
     end();
   }
 
   void mem_step(const detail::mem_step& step) override {
     std::string& out = begin("mem_step", step.time_ns);
-    field(out, "end", step.end_ns);
-    field(out, "device", step.device);
-    field(out, "start_bytes", step.start_bytes);
-    field(out, "end_bytes", step.end_bytes);
-    field(out, "min_bytes", step.min_bytes);
-    field(out, "min_t", step.min_ns);
-    field(out, "max_bytes", step.max_bytes);
-    field(out, "max_t", step.max_ns);
-    field(out, "allocs", step.allocs);
-    field(out, "frees", step.frees);
-    field(out, "alloc_bytes", step.alloc_bytes);
-    field(out, "free_bytes", step.free_bytes);
+    append_field(out, "end", step.end_ns);
+    append_field(out, "device", step.device);
+    append_field(out, "start_bytes", step.start_bytes);
+    append_field(out, "end_bytes", step.end_bytes);
+    append_field(out, "min_bytes", step.min_bytes);
+    append_field(out, "min_t", step.min_ns);
+    append_field(out, "max_bytes", step.max_bytes);
+    append_field(out, "max_t", step.max_ns);
+    append_field(out, "allocs", step.allocs);
+    append_field(out, "frees", step.frees);
+    append_field(out, "alloc_bytes", step.alloc_bytes);
+    append_field(out, "free_bytes", step.free_bytes);
     out += step.queue_full ? ",\"queue_full\":true" : ",\"queue_full\":false";
     end();
   }
@@ -149,19 +150,19 @@ class jsonl_sink final : public sink {
     if (fired.kind == alert_kind::op_growth) {
       out += ",\"name\":";
       append_json_string(out, fired.op);
-      field(out, "thread", fired.thread);
-      field(out, "net_bytes", fired.net_bytes);
-      field(out, "limit_bytes", fired.limit_bytes);
+      append_field(out, "thread", fired.thread);
+      append_field(out, "net_bytes", fired.net_bytes);
+      append_field(out, "limit_bytes", fired.limit_bytes);
     } else {
-      field(out, "device", fired.device);
+      append_field(out, "device", fired.device);
       char number[64];
       std::snprintf(number, sizeof number, ",\"fraction\":%.4f,\"threshold\":%.4f", fired.fraction,
                     fired.threshold);
       out += number;
-      field(out, "used_bytes", fired.used_bytes);
-      field(out, "total_bytes", fired.total_bytes);
+      append_field(out, "used_bytes", fired.used_bytes);
+      append_field(out, "total_bytes", fired.total_bytes);
     }
-    field(out, "suppressed", fired.suppressed);
+    append_field(out, "suppressed", fired.suppressed);
     out += ",\"message\":";
     append_json_string(out, fired.message);
     end();
@@ -169,8 +170,8 @@ class jsonl_sink final : public sink {
 
   void dropped(std::uint64_t count, std::uint64_t total, std::int64_t time_ns) override {
     std::string& out = begin("dropped", time_ns);
-    field(out, "count", count);
-    field(out, "total", total);
+    append_field(out, "count", count);
+    append_field(out, "total", total);
     end();
   }
 
@@ -183,14 +184,11 @@ class jsonl_sink final : public sink {
         out += first ? "{\"site\":" : ",{\"site\":";
         first = false;
         append_uint(out, site.totals.site);
-        field(out, "allocs", site.totals.allocations);
-        field(out, "bytes", site.totals.bytes);
-        out += ",\"raw_sites\":[";
-        for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
-          if (i != 0) { out += ','; }
-          append_uint(out, site.raw_sites[i]);
-        }
-        out += "],\"frames\":";
+        append_field(out, "allocs", site.totals.allocations);
+        append_field(out, "bytes", site.totals.bytes);
+        out += ",\"raw_sites\":";
+        append_uint_array(out, site.raw_sites);
+        out += ",\"frames\":";
         append_frames(out, site.frames);
         out += '}';
       }
@@ -199,12 +197,12 @@ class jsonl_sink final : public sink {
     }
     if (last.leaks != nullptr) {
       std::string& out = begin("leaks", last.time_ns);
-      field(out, "total_bytes", last.leaks->bytes);
-      field(out, "total_count", last.leaks->count);
+      append_field(out, "total_bytes", last.leaks->bytes);
+      append_field(out, "total_count", last.leaks->count);
       out += ",\"sites\":";
       append_leak_sites(out, last.leaks->sites);
-      field(out, "held_bytes", last.leaks->held_bytes);
-      field(out, "held_count", last.leaks->held_count);
+      append_field(out, "held_bytes", last.leaks->held_bytes);
+      append_field(out, "held_count", last.leaks->held_count);
       out += ",\"held\":";
       append_leak_sites(out, last.leaks->held);
       end();
@@ -212,7 +210,7 @@ class jsonl_sink final : public sink {
     std::string& out = begin("end", last.time_ns);
     out += ",\"reason\":";
     append_json_string(out, last.reason);
-    field(out, "dropped", last.dropped);
+    append_field(out, "dropped", last.dropped);
     out += ",\"devices\":";
     append_device_counters(out, last.ledger.devices);
     out += ",\"misuse\":";
@@ -235,18 +233,6 @@ class jsonl_sink final : public sink {
     file_.buffer() += "}\n";
     file_.maybe_flush();
   }
-  template <class Int>
-  static void field(std::string& out, const char* name, Int value) {
-    out += ",\"";
-    out += name;
-    out += "\":";
-    if constexpr (std::is_signed_v<Int>) {
-      append_int(out, value);
-    } else {
-      append_uint(out, value);
-    }
-  }
-
   output_file file_;
 };
 

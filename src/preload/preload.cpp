@@ -12,7 +12,9 @@
 //     supervisor writes one line per process that used CUDA.
 #include "preload.hpp"
 
+#include "util/file.hpp"
 #include "util/format.hpp"
+#include "util/json_text.hpp"
 #include "util/nvml.hpp"
 #include "util/program_path.hpp"
 
@@ -275,49 +277,60 @@ std::vector<device_figures> gather() {
 
 std::string figures_json(const std::vector<device_figures>& devices, bool at_exit, const leak_report* leaks,
                          int exit_status) {
-  std::string out = "{\"schema\":\"gpuguard.track\",\"version\":1,\"pid\":" + std::to_string(::getpid());
-  out += ",\"program\":" + detail::json_string(detail::program_path());
-  out += ",\"at_exit\":" + std::string(at_exit ? "true" : "false");
-  if (at_exit) { out += ",\"exit_status\":" + std::to_string(exit_status); }
-  out += ",\"wrapped_lookups\":" + std::to_string(wrapped_lookups());
-  out += ",\"unidentified_lookups\":" + std::to_string(unidentified_lookups());
-  out += ",\"recorded\":" + std::string(hot.recorded.load(std::memory_order_relaxed) ? "true" : "false");
-  out += ",\"recording\":\"" + std::string(recording_mode()) + "\"";
-  out += ",\"untracked_frees\":" + std::to_string(untracked_frees());
+  using detail::append_field;
+  std::string out = "{\"schema\":\"gpuguard.track\",\"version\":1";
+  append_field(out, "pid", std::int64_t{::getpid()});
+  detail::append_string_field(out, "program", detail::program_path());
+  append_field(out, "at_exit", at_exit);
+  if (at_exit) { append_field(out, "exit_status", std::int64_t{exit_status}); }
+  append_field(out, "wrapped_lookups", wrapped_lookups());
+  append_field(out, "unidentified_lookups", unidentified_lookups());
+  append_field(out, "recorded", hot.recorded.load(std::memory_order_relaxed));
+  detail::append_string_field(out, "recording", recording_mode());
+  append_field(out, "untracked_frees", untracked_frees());
   if (leaks != nullptr) {
-    out += ",\"leaked_bytes\":" + std::to_string(leaks->bytes) + ",\"leaked_count\":" + std::to_string(leaks->count);
-    out += ",\"held_bytes\":" + std::to_string(leaks->held_bytes) + ",\"held_count\":" + std::to_string(leaks->held_count);
+    append_field(out, "leaked_bytes", leaks->bytes);
+    append_field(out, "leaked_count", leaks->count);
+    append_field(out, "held_bytes", leaks->held_bytes);
+    append_field(out, "held_count", leaks->held_count);
   }
   // What each holder keeps now (all devices).
   out += ",\"holders\":[";
-  bool first_holder_entry = true;
+  bool first_holder = true;
   for (const auto& [name, figures] : snapshot(false).tags) {
     if (name.empty() || !is_exit_holder(intern_tag(name))) { continue; }
-    out += std::string(first_holder_entry ? "" : ",") + "{\"holder\":" + detail::json_string(name) +
-           ",\"live_bytes\":" + std::to_string(figures.current_bytes) + "}";
-    first_holder_entry = false;
+    out += first_holder ? "{\"holder\":" : ",{\"holder\":";
+    first_holder = false;
+    detail::append_json_string(out, name);
+    append_field(out, "live_bytes", figures.current_bytes);
+    out += '}';
   }
-  out += "]";
+  out += ']';
   const import_figures imported = imports();
-  out += ",\"imported_bytes\":" + std::to_string(imported.bytes) + ",\"imported_mappings\":" +
-         std::to_string(imported.mappings) + ",\"imported_handles\":" + std::to_string(imported.handles);
+  append_field(out, "imported_bytes", imported.bytes);
+  append_field(out, "imported_mappings", imported.mappings);
+  append_field(out, "imported_handles", imported.handles);
   const vmm_figures physical = vmm();
-  out += ",\"vmm_handles\":" + std::to_string(physical.handles) + ",\"vmm_created_bytes\":" +
-         std::to_string(physical.created_bytes) + ",\"vmm_mapped_bytes\":" + std::to_string(physical.mapped_bytes);
+  append_field(out, "vmm_handles", physical.handles);
+  append_field(out, "vmm_created_bytes", physical.created_bytes);
+  append_field(out, "vmm_mapped_bytes", physical.mapped_bytes);
   out += ",\"devices\":[";
   bool first = true;
   for (const device_figures& f : devices) {
-    out += first ? "" : ",";
+    out += first ? "{\"device\":" : ",{\"device\":";
     first = false;
-    out += "{\"device\":" + std::to_string(f.device) + ",\"live_bytes\":" + std::to_string(f.ledger.current_bytes) +
-           ",\"peak_bytes\":" + std::to_string(f.ledger.peak_bytes) +
-           ",\"allocations\":" + std::to_string(f.ledger.allocations) + ",\"frees\":" + std::to_string(f.ledger.frees) +
-           ",\"pool_reserved_bytes\":" + std::to_string(f.pools.reserved) +
-           ",\"pool_used_bytes\":" + std::to_string(f.pools.used);
+    detail::append_int(out, f.device);
+    append_field(out, "live_bytes", f.ledger.current_bytes);
+    append_field(out, "peak_bytes", f.ledger.peak_bytes);
+    append_field(out, "allocations", f.ledger.allocations);
+    append_field(out, "frees", f.ledger.frees);
+    append_field(out, "pool_reserved_bytes", f.pools.reserved);
+    append_field(out, "pool_used_bytes", f.pools.used);
     if (f.nvml_used >= 0) {
-      out += ",\"nvml_used_bytes\":" + std::to_string(f.nvml_used) + ",\"unattributed_bytes\":" + std::to_string(f.unattributed);
+      append_field(out, "nvml_used_bytes", f.nvml_used);
+      append_field(out, "unattributed_bytes", f.unattributed);
     }
-    out += "}";
+    out += '}';
   }
   out += "]}";
   return out;
@@ -326,39 +339,27 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
 void write_record(const std::string& json) {
   const char* dir = std::getenv("GPUGUARD_TRACK_DIR");
   if (dir == nullptr || *dir == '\0') { return; }
-  const std::string path = std::string(dir) + "/" + std::to_string(::getpid()) + ".json";
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) { return; }
-  std::size_t done = 0;
-  while (done < json.size()) {
-    const ssize_t n = ::write(fd, json.data() + done, json.size() - done);
-    if (n <= 0) { break; }
-    done += static_cast<std::size_t>(n);
-  }
-  const bool complete = done == json.size();
-  static_cast<void>(::close(fd));
-  if (!complete || ::rename(temporary.c_str(), path.c_str()) != 0) { static_cast<void>(::unlink(temporary.c_str())); }
+  // No message on failure: `gpuguard run --track` says which process left no record.
+  static_cast<void>(detail::write_file_atomically(std::string(dir) + "/" + std::to_string(::getpid()) + ".json", json, nullptr));
 }
 
-std::string mib(long long bytes) {
-  std::array<char, 32> text{};
-  std::snprintf(text.data(), text.size(), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text.data();
+// A size as every report spells it; the unattributed rest may be negative.
+std::string size_text(long long bytes) {
+  return bytes < 0 ? detail::format_signed_bytes(bytes) : detail::format_bytes(static_cast<std::size_t>(bytes));
 }
 
 // One line per device: what the ledger holds, the pools' reserve, and what NVML adds.
 void print_device_lines(const std::vector<device_figures>& devices) {
   for (const device_figures& f : devices) {
     std::string line = "[gpuguard] --track: device " + std::to_string(f.device) + ": " +
-                       mib(static_cast<long long>(f.ledger.current_bytes)) + " live at exit (peak " +
-                       mib(static_cast<long long>(f.ledger.peak_bytes)) + ")";
+                       size_text(static_cast<long long>(f.ledger.current_bytes)) + " live at exit (peak " +
+                       size_text(static_cast<long long>(f.ledger.peak_bytes)) + ")";
     if (f.pools.known) {
-      line += "; stream-ordered pools reserve " + mib(static_cast<long long>(f.pools.reserved)) + " (" +
-              mib(static_cast<long long>(f.pools.used)) + " of it in use)";
+      line += "; stream-ordered pools reserve " + size_text(static_cast<long long>(f.pools.reserved)) + " (" +
+              size_text(static_cast<long long>(f.pools.used)) + " of it in use)";
     }
     if (f.nvml_used >= 0) {
-      line += "; the driver reports " + mib(f.nvml_used) + " for this process, " + mib(f.unattributed) +
+      line += "; the driver reports " + size_text(f.nvml_used) + " for this process, " + size_text(f.unattributed) +
               " of it unattributed (context, library workspaces)";
     }
     std::fprintf(stderr, "%s\n", line.c_str());
@@ -367,7 +368,7 @@ void print_device_lines(const std::vector<device_figures>& devices) {
   if (imported.mappings != 0 || imported.handles != 0) {
     std::fprintf(stderr, "[gpuguard] --track: imported from other processes (not this process's): %s in %" PRIu64
                  " IPC mapping(s), %" PRIu64 " shareable handle(s)\n",
-                 mib(static_cast<long long>(imported.bytes)).c_str(), imported.mappings, imported.handles);
+                 size_text(static_cast<long long>(imported.bytes)).c_str(), imported.mappings, imported.handles);
   }
 }
 

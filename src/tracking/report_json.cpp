@@ -7,18 +7,6 @@
 
 namespace gpuguard::detail {
 
-void append_int(std::string& out, std::int64_t value) {
-  char digits[24];
-  const auto result = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, result.ptr);
-}
-
-void append_uint(std::string& out, std::uint64_t value) {
-  char digits[24];
-  const auto result = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, result.ptr);
-}
-
 void append_frames(std::string& out, const std::vector<frame_info>& frames) {
   out += '[';
   bool first = true;
@@ -91,12 +79,9 @@ void append_leak_sites(std::string& out, const std::vector<leak_site>& sites) {
     append_uint(out, site.bytes);
     out += ",\"count\":";
     append_uint(out, site.count);
-    out += ",\"raw_sites\":[";
-    for (std::size_t i = 0; i < site.raw_sites.size(); ++i) {
-      if (i != 0) { out += ','; }
-      append_uint(out, site.raw_sites[i]);
-    }
-    out += "],\"frames\":";
+    out += ",\"raw_sites\":";
+    append_uint_array(out, site.raw_sites);
+    out += ",\"frames\":";
     append_frames(out, site.frames);
     out += '}';
   }

@@ -6,6 +6,8 @@
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/tracking.hpp>
 
+#include "util/json_text.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,10 +17,6 @@
 #include <vector>
 
 namespace gpuguard::detail {
-
-/// Appends a decimal integer.
-void append_int(std::string& out, std::int64_t value);
-void append_uint(std::string& out, std::uint64_t value);
 
 /// `[{"address":"0x..","function":..,"file":..,"line":..},...]`
 void append_frames(std::string& out, const std::vector<frame_info>& frames);

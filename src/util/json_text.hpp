@@ -1,0 +1,56 @@
+// The one way gpuguard writes JSON text (the leak report, the event log, the Chrome trace, the
+// --track record), appended to a std::string without temporaries: numbers, fields and arrays of
+// numbers here, strings through format.hpp's append_json_string. Readers of JSON are the command
+// line tool's (cli/json.hpp). Internal to gpuguard.
+#pragma once
+
+#include "util/format.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace gpuguard::detail {
+
+/// Appends a decimal integer.
+void append_int(std::string& out, std::int64_t value);
+void append_uint(std::string& out, std::uint64_t value);
+
+/// Appends `,"name":value`, the value an integer (signed or not) or a bool.
+template <class Value>
+void append_field(std::string& out, std::string_view name, Value value) {
+  out += ",\"";
+  out += name;
+  out += "\":";
+  if constexpr (std::is_same_v<Value, bool>) {
+    out += value ? "true" : "false";
+  } else if constexpr (std::is_signed_v<Value>) {
+    append_int(out, value);
+  } else {
+    append_uint(out, value);
+  }
+}
+
+/// Appends `,"name":"text"`, the text escaped.
+inline void append_string_field(std::string& out, std::string_view name, std::string_view text) {
+  out += ",\"";
+  out += name;
+  out += "\":";
+  append_json_string(out, text);
+}
+
+/// Appends `[1,2,3]`.
+template <class Unsigned>
+void append_uint_array(std::string& out, const std::vector<Unsigned>& values) {
+  out += '[';
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i != 0) { out += ','; }
+    append_uint(out, values[i]);
+  }
+  out += ']';
+}
+
+}  // namespace gpuguard::detail
