@@ -1,7 +1,7 @@
-// The ledger's clock: nanoseconds since the clock started (steady), read where it matters in under
-// ten nanoseconds. Operation scopes read it twice, and the ledger once per event while the
-// outputs' timeline is on (the live table keeps the coarse clock below), and where the kernel's
-// clock source is a paravirtual one (kvm-clock on a VM) a steady_clock read costs 30-40 ns. On
+// The ledger's clock: nanoseconds since the clock started (steady), cheap to read where it matters.
+// Operation scopes read it twice, and the ledger once per event while the outputs' timeline is on
+// (the live table keeps the coarse clock below), and where the kernel's clock source is a
+// paravirtual one (kvm-clock on a VM) a steady_clock read is a slow path through the kernel. On
 // x86-64 with an invariant TSC the clock reads the TSC instead and scales it to nanoseconds:
 // the scale is first measured against steady_clock over half a millisecond, then refined by the
 // outputs' writer (detail::refine_clock) as the interval between the two clocks' readings grows,
@@ -53,9 +53,9 @@ __attribute__((always_inline)) inline std::int64_t now_ticks() noexcept {
 /// The kernel's coarse monotonic clock, in nanoseconds on steady_clock's scale and from its epoch
 /// (CLOCK_MONOTONIC): the time of the kernel's last tick, so it runs behind by about one tick
 /// (clock_getres(CLOCK_MONOTONIC_COARSE), a few milliseconds; a tickless kernel may lag a little
-/// more). Read from the vDSO's data without touching the clock source, where a TSC read right
-/// after a driver call took about 28 ns on the H100 machine (benchmarks/ledger_cost_parts.sh,
-/// no_clock). The live table's allocation times.
+/// more). Read from the vDSO's data without touching the clock source, which a TSC read right
+/// after a driver call must wait for (benchmarks/ledger_cost_parts.sh, no_clock, measures it).
+/// The live table's allocation times.
 inline std::int64_t coarse_monotonic_ns() noexcept {
 #if defined(CLOCK_MONOTONIC_COARSE)
   timespec now{};

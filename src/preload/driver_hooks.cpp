@@ -241,7 +241,7 @@ CUresult ipc_open(entry which, CUdeviceptr* dptr, CUipcMemHandle handle, unsigne
 
 int context_device() noexcept {
   // With one device in the process, the context's device is that one: the driver is not asked
-  // (cuCtxGetDevice took 10 ns of the stream-ordered pair's added time on the H100 machine).
+  // (cuCtxGetDevice would add a call to every stream-ordered allocation).
   std::int8_t one = hot.one_device.load(std::memory_order_relaxed);
   if (one < 0) {
     one = device_count() == 1 ? 1 : 0;

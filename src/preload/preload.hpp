@@ -22,8 +22,7 @@ namespace gpuguard::preload {
 // ---- what every wrapped call reads ------------------------------------------------------------
 
 /// The state a wrapped call reads, on one cache line of its own: after the driver call a wrapper
-/// makes, one line of it to fetch again, not one per file (docs/run.md, "What --track costs", says
-/// what that measured: no gain yet). Each field belongs to the file named.
+/// makes, one line of it to fetch again, not one per file. Each field belongs to the file named.
 struct alignas(64) hot_state {
   // deferred.cpp: the ring's producer side (written by its owner only) and the deferring mode.
   std::atomic<std::uint64_t> ring_tail{0};

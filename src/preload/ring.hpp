@@ -27,8 +27,8 @@ struct ring_slot {
 };
 static_assert(sizeof(ring_slot) == 32, "two calls to a cache line");
 
-// 8192 calls, 256 KiB: at the fastest pairs the H200 machine makes (650 ns, two calls) one drainer
-// period (1 ms) fills about 3100; the producer also wakes the drainer once every lap.
+// 8192 calls, 256 KiB: several drainer periods (1 ms) of the fastest stream-ordered pairs a GPU
+// makes; the producer also wakes the drainer once every lap.
 inline constexpr std::uint64_t ring_slots = 8192;
 
 // Single producer (the owning thread), single consumer (whoever holds the drainer's lock). The

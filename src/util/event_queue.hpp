@@ -87,8 +87,7 @@ class event_queue {
   // A push also asks for the lines of the cell two places on, for writing. The consumer read them
   // last, so taking each back is a trip to the consumer's core, and the next push's
   // compare-and-swap, a locked instruction, waits until the stores before it have their lines.
-  // Asked for early, the trips overlap the producer's own work. (On the GPU machines' 16-core
-  // hosts what queueing adds to a scope has read from about 5 to about 50 ns between runs.)
+  // Asked for early, the trips overlap the producer's own work.
   static constexpr std::size_t prefetch_distance = 2;
   static void prefetch_for_write(const cell& c) noexcept {
     const char* begin = reinterpret_cast<const char*>(&c);
