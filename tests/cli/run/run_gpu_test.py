@@ -23,9 +23,6 @@ from procfs import alive, seconds_until  # noqa: E402  (tests/support)
 GPUGUARD = sys.argv[1]
 MIB = 1024 * 1024
 SLACK = 128 * MIB
-
-
-
 used = nvml_or_skip().used  # device 0's used bytes
 torch_cuda_or_skip()
 TRAINER = [sys.executable, SPAWNED_HOLDER_JOB, str(2 << 30), "wait"]  # its worker holds 2 GiB
