@@ -27,8 +27,8 @@ Checks and the verdict
   say(text)
       prints a line at once (flushed, so that it lands in order with the children's output).
   scratch(prefix)
-      a new temporary folder for the script's files: removed when every check passed or the test
-      skipped, kept and named when a check failed.
+      a new temporary folder for the script's files: removed when every check passed or at a
+      skip (also one that fails), kept and named when a check failed.
   finish(name, note="")
       the verdict, last: "FAILED:" and the failures, one a line, status 1; or
       "NAME: all checks passed NOTE", status 0.
@@ -146,12 +146,12 @@ def check_schema(document, schema, where):
 # ---- the skip rule ------------------------------------------------------------------------------
 
 def skip(reason, variable="GPUGUARD_REQUIRE_GPU", value="1"):
+    if _scratch:  # what the test wrote before it found it cannot run: the reason says enough
+        shutil.rmtree(_scratch, ignore_errors=True)
     if os.environ.get(variable) == value:
         say(f"FAILED: {variable}={value} but {reason}")
         sys.exit(1)
     say("skipped: " + reason)
-    if _scratch:
-        shutil.rmtree(_scratch, ignore_errors=True)
     sys.exit(77)
 
 

@@ -121,9 +121,12 @@ class harness_test(unittest.TestCase):
                 self.assertFalse(os.path.exists(tmp))
 
     def test_skip_fails_where_a_gpu_is_required(self):
-        status, out = self.script('skip("no widget here")', {"GPUGUARD_REQUIRE_GPU": "1"})
+        status, out = self.script('print(scratch("gpuguard-harness-child-"))\nskip("no widget here")',
+                                  {"GPUGUARD_REQUIRE_GPU": "1"})
         self.assertEqual(status, 1, out)
-        self.assertEqual(out.splitlines(), ["FAILED: GPUGUARD_REQUIRE_GPU=1 but no widget here"])
+        tmp, line = out.splitlines()
+        self.assertEqual(line, "FAILED: GPUGUARD_REQUIRE_GPU=1 but no widget here")
+        self.assertFalse(os.path.exists(tmp))
         body = 'skip("one GPU only", "GPUGUARD_REQUIRE_GPUS", "2")'
         self.assertEqual(self.script(body, {"GPUGUARD_REQUIRE_GPU": "1"})[0], 77)
         status, out = self.script(body, {"GPUGUARD_REQUIRE_GPUS": "2"})
