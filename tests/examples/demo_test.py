@@ -8,25 +8,15 @@ usage: demo_test.py DEMO GPUGUARD_CLI REPO_ROOT
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, check_schema, finish, line_of, scratch  # noqa: E402  (tests/support)
 
 DEMO, CLI, ROOT = sys.argv[1:4]
-failures = []
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
-
-
-with open(os.path.join(ROOT, "examples", "demo.cu")) as f:
-    leak_line = next(n for n, line in enumerate(f, 1) if "the leak the report at exit points to" in line)
-
-tmp = tempfile.mkdtemp(prefix="gpuguard-demo-")
+leak_line = line_of(os.path.join(ROOT, "examples", "demo.cu"), "the leak the report at exit points to")
+tmp = scratch("gpuguard-demo-")
 log = os.path.join(tmp, "events.jsonl")
 env = dict(os.environ, GPUGUARD_OPTIONS="stacks=all:jsonl_log=" + log)
 demo = subprocess.run([DEMO], env=env, capture_output=True, text=True, timeout=300)
@@ -43,17 +33,10 @@ check(re.search(r"demo\.cu:%d$" % leak_line, err, re.M), "the leak report names 
 events = []
 with open(log) as f:
     events = [json.loads(line) for line in f]
-try:
-    import jsonschema
-    with open(os.path.join(ROOT, "docs", "schemas", "events-v1.schema.json")) as f:
-        schema = json.load(f)
-    for number, event in enumerate(events, 1):
-        try:
-            jsonschema.validate(event, schema)
-        except jsonschema.ValidationError as error:
-            failures.append("events.jsonl:%d: %s" % (number, error.message))
-except ImportError:
-    print("note: jsonschema is not installed here; the log is checked structurally only")
+with open(os.path.join(ROOT, "docs", "schemas", "events-v1.schema.json")) as f:
+    schema = json.load(f)
+for number, event in enumerate(events, 1):
+    check_schema(event, schema, "events.jsonl:%d" % number)
 types = [e["type"] for e in events]
 check(types[:1] == ["start"] and types[-1:] == ["end"], "the log starts and ends", types)
 check(types.count("op") == 4 * 4 + 1 + 1, "18 op lines (4 steps x 4, eval, failing_step)", types.count("op"))
@@ -84,8 +67,4 @@ if os.path.exists(html):
         check(d["live"]["max"] == peak, "the page's chart of device %d reaches the peak" % d["device"], (d["live"]["max"], peak))
         check(d["timeline"]["bands_drawn"] > 0, "the page draws device %d's allocations as bands" % d["device"], d["timeline"])
 
-if failures:
-    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
-    sys.exit(1)
-shutil.rmtree(tmp)
-print("demo_test: all checks passed (%d events)" % len(events))
+finish("demo_test", "(%d events)" % len(events))

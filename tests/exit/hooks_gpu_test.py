@@ -7,74 +7,23 @@ live. Without a GPU (or NVML) it exits 77 (skipped), unless GPUGUARD_REQUIRE_GPU
 
 usage: hooks_gpu_test.py HOOKS_CHILD
 """
-import ctypes
 import json
 import os
-import resource
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import abort, check, finish, no_core_dumps, nvml_or_skip, say, scratch  # noqa: E402  (tests/support)
+from procfs import state as proc_state  # noqa: E402
 
 CHILD = sys.argv[1]
 MIB = 1024 * 1024
 SLACK = 64 * MIB
-failures = []
-
-
-def say(text):
-    print(text, flush=True)
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
-
-
-def skip(reason):
-    if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-        print("FAILED: GPUGUARD_REQUIRE_GPU=1 but " + reason)
-        sys.exit(1)
-    print("skipped: " + reason)
-    sys.exit(77)
-
-
-class Memory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-try:
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-except OSError:
-    skip("no NVML (libnvidia-ml.so.1) on this machine, so no GPU to measure")
-if nvml.nvmlInit_v2() != 0:
-    skip("NVML found no driver")
-handle = ctypes.c_void_p()
-if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
-    skip("NVML found no device 0")
-
-
-def used():
-    memory = Memory()
-    if nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
-        raise SystemExit("nvmlDeviceGetMemoryInfo failed")
-    return memory.used
-
-
-tmp = tempfile.mkdtemp(prefix="gpuguard-hooks-gpu-")
-
-
-def proc_state(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(") ")[1][0]
-    except OSError:
-        return "gone"
-
+used = nvml_or_skip().used  # device 0's used bytes
+tmp = scratch("gpuguard-hooks-gpu-")
 
 
 def scenario(mode, end):
@@ -84,14 +33,13 @@ def scenario(mode, end):
     say("%s: starting, baseline %d MiB" % (mode, baseline // MIB))
     proc = subprocess.Popen([CHILD, mode, os.path.join(tmp, mode + ".marker")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+                            preexec_fn=no_core_dumps)
     ready, _, _ = select.select([proc.stdout], [], [], 40)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("ready"):
         state = proc_state(proc.pid)
         proc.kill()
-        say("FAILED: %s: the child did not get ready within 40 s (state %s)" % (mode, state))
-        sys.exit(1)
+        abort("%s: the child did not get ready within 40 s (state %s)" % (mode, state))
     during = used()
     say("%s: ready, %d MiB used" % (mode, during // MIB))
     check(during - baseline >= 4096 * MIB, "%s: the child holds its 4 GiB" % mode, (baseline, during))
@@ -114,10 +62,9 @@ def scenario(mode, end):
     try:
         out, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        state = proc_state(proc.pid)
         proc.kill()
-        failures.append("%s: the child did not end within 30 s of its end (state: %s)" % (mode, proc_state(proc.pid)))
-        say("FAILED:\n- " + "\n- ".join(failures))
-        sys.exit(1)
+        abort("%s: the child did not end within 30 s of its end (state: %s)" % (mode, state))
     if exited_at is None:
         exited_at = time.monotonic()
     if end != "signal":
@@ -136,7 +83,7 @@ def scenario(mode, end):
         check(report["total_bytes"] >= 4096 * MIB and gpu and gpu[0]["current_bytes"] >= 4096 * MIB,
               "%s: the report lists the 4 GiB live on device 0" % mode, report)
     except (OSError, ValueError) as error:
-        failures.append("%s: no leak report: %s\n%s" % (mode, error, err[-2000:]))
+        check(False, "%s: no leak report: %s" % (mode, error), err[-2000:])
     return err
 
 
@@ -151,12 +98,11 @@ try:
 except subprocess.TimeoutExpired:
     state = proc_state(exit_proc.pid)
     exit_proc.kill()
-    say("FAILED: gpu_exit did not end within 40 s (state %s); its stderr follows" % state)
     try:
-        say(exit_proc.communicate(timeout=5)[1][-3000:])
+        stderr = exit_proc.communicate(timeout=5)[1][-3000:]
     except subprocess.TimeoutExpired:
-        say("(cannot read it)")
-    sys.exit(1)
+        stderr = "(cannot read it)"
+    abort("gpu_exit did not end within 40 s (state %s); its stderr follows" % state, stderr)
 exit_run = subprocess.CompletedProcess(exit_proc.args, exit_proc.returncode, out, err)
 say("gpu_exit: status %d" % exit_run.returncode)
 check(exit_run.returncode == 0, "gpu_exit: exit status 0", exit_run.stderr[-2000:])
@@ -167,15 +113,11 @@ try:
         report = json.load(f)
     check(report["total_bytes"] == 0, "gpu_exit: the cleanup freed the 4 GiB before the report", report)
 except (OSError, ValueError) as error:
-    failures.append("gpu_exit: no leak report: %s" % error)
+    check(False, "gpu_exit: no leak report: %s" % error)
 
 scenario("gpu_loop", "signal")
 err = scenario("gpu_throw", "throw")
 check("uncaught exception of type std::runtime_error: CUDA kernel reported an illegal loss value" in err,
       "gpu_throw: the exception is logged", err[-2000:])
 
-if failures:
-    say("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
-    sys.exit(1)
-shutil.rmtree(tmp)
-print("hooks_gpu_test: all checks passed")
+finish("hooks_gpu_test")

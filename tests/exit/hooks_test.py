@@ -8,34 +8,21 @@ usage: hooks_test.py HOOKS_CHILD HOOKS_CHILD_MALLOC_TRAP|- REPO_ROOT GPUGUARD_CL
 import json
 import re
 import os
-import resource
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from procfs import alive, wait_until  # noqa: E402  (tests/support)
+from harness import check, finish, line_of, no_core_dumps, scratch  # noqa: E402  (tests/support)
+from procfs import alive, wait_until  # noqa: E402
 
 CHILD, TRAP_CHILD, ROOT, CLI = sys.argv[1:5]
 # Set by a sanitizer build's test (scripts/sanitize.sh): "address,undefined" or "thread".
 SANITIZE = os.environ.get("GPUGUARD_TEST_SANITIZE", "")
 MIB = 1024 * 1024
-tmp = tempfile.mkdtemp(prefix="gpuguard-hooks-")
-failures = []
+tmp = scratch("gpuguard-hooks-")
 counter = [0]
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
-
-
-def no_core_dumps():
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 class Run:
@@ -75,7 +62,7 @@ class Run:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, err = self.proc.communicate()
-            failures.append("%s: did not end within %d s" % (self.what, timeout))
+            check(False, "%s: did not end within %d s" % (self.what, timeout))
         self.ended_at = time.monotonic()
         self.status, self.stdout, self.stderr = self.proc.returncode, out, err
         return self
@@ -103,7 +90,7 @@ class Run:
         try:
             return [json.loads(l) for l in lines]
         except ValueError as error:
-            failures.append("%s: the crash record does not parse: %s\n%s" % (self.what, error, "".join(lines)[:3000]))
+            check(False, "%s: the crash record does not parse: %s" % (self.what, error), "".join(lines)[:3000])
             return []
 
 
@@ -125,7 +112,7 @@ def report_lists_live(run):
     try:
         report = run.leak_report()
     except (OSError, ValueError) as error:
-        failures.append("%s: leak report missing or bad: %s\n%s" % (run.what, error, run.stderr[-2000:]))
+        check(False, "%s: leak report missing or bad: %s" % (run.what, error), run.stderr[-2000:])
         return
     check(report["total_bytes"] == 3 * MIB and report["total_count"] == 1,
           "%s: the report lists the 3 MiB that were live" % run.what, report)
@@ -158,7 +145,7 @@ def crash_record(run, sig):
             events = [json.loads(line) for line in f]
     except (OSError, ValueError) as error:
         events = []
-        failures.append("%s: the event log is unreadable: %s" % (run.what, error))
+        check(False, "%s: the event log is unreadable: %s" % (run.what, error))
     crashes = [e for e in events if e.get("type") == "crash"]
     last = crashes[0] if len(crashes) == 1 else {}
     check(last.get("type") == "crash" and last.get("signal") == signal.Signals(sig).name and
@@ -215,8 +202,7 @@ for binary in [b for b in (CHILD, TRAP_CHILD) if b != "-"]:
         if record and sig == signal.SIGSEGV and binary == CHILD:
             check(record["address"] == "0x0", "SIGSEGV: the fault address", record["address"])
             # Symbols are resolved afterwards, outside the crashed process.
-            with open(os.path.join(ROOT, "tests", "exit", "hooks_child.cpp")) as f:
-                segv_line = next(n for n, l in enumerate(f, 1) if "CRASH-SEGV-LINE" in l)
+            segv_line = line_of(os.path.join(ROOT, "tests", "exit", "hooks_child.cpp"), "CRASH-SEGV-LINE")
             symbolized = subprocess.run([CLI, "symbolize", run.crash], capture_output=True, text=True, timeout=60)
             check(symbolized.returncode == 0, "gpuguard symbolize exits 0", symbolized.stderr)
             first = symbolized.stdout.split("frames:\n")[-1].splitlines()[:1]
@@ -366,7 +352,7 @@ for how in ("exit", "crash"):
         check(report["pid"] == run.proc.pid and report["total_bytes"] == 3 * MIB,
               "%s: leak_json is the parent's" % what, report)
     except (OSError, ValueError) as error:
-        failures.append("%s: leak report missing or bad: %s" % (what, error))
+        check(False, "%s: leak report missing or bad: %s" % (what, error))
     end = run.end_line()
     check(end and end["reason"] == "exit", "%s: the log ends with the parent's exit" % what, end)
     check(gone_within(helper, 3), "%s: the helper is gone with the parent" % what)
@@ -444,8 +430,4 @@ check(out.stdout.splitlines()[2:] == ["  #0 0x401005 %s at /src/long.cpp:7 (prog
       "symbolize: a long name is one name; the mapping with a NUL in its path is left out",
       out.stdout[:300] + "..." + out.stdout[-300:])
 
-if failures:
-    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
-    sys.exit(1)
-shutil.rmtree(tmp)
-print("hooks_test: all checks passed")
+finish("hooks_test")

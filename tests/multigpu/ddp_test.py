@@ -8,7 +8,6 @@ plain arm is measured and printed for comparison, not judged.
 usage: ddp_test.py GPUGUARD   (skips, status 77, with fewer than two GPUs; fails instead under
 GPUGUARD_REQUIRE_GPUS=2)
 """
-import ctypes
 import os
 import re
 import signal
@@ -18,46 +17,25 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from harness import check, finish, nvml_or_skip  # noqa: E402  (tests/support)
+from procfs import alive, seconds_until  # noqa: E402
+
 JOB = os.path.join(HERE, "ddp_job.py")
 BACK_WITHIN_S = 2.0
 TOLERANCE_MIB = 64
+MIB = 1 << 20
 # NVLink multicast stays off (the device machine's rule: it can take shared GPUs out of service).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-class Nvml:
-    class Info(ctypes.Structure):
-        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-    def __init__(self):
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        self.lib.nvmlInit_v2()
-        count = ctypes.c_uint()
-        self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
-        self.handles = []
-        for i in range(count.value):
-            h = ctypes.c_void_p()
-            self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h))
-            self.handles.append(h)
-
-    def used_mib(self):
-        out = []
-        for h in self.handles[:2]:
-            info = self.Info()
-            self.lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(info))
-            out.append(info.used / (1 << 20))
-        return out
-
-
-def gpu_count():
-    try:
-        return len(Nvml().handles)
-    except OSError:
-        return 0
+def used_mib(nvml):
+    """The two GPUs' used memory, in MiB."""
+    return [nvml.used(index) / MIB for index in range(2)]
 
 
 def run_arm(name, cmd, nvml):
-    baseline = nvml.used_mib()
+    baseline = used_mib(nvml)
     env = dict(os.environ, **SAFE_ENV)
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
@@ -81,28 +59,18 @@ def run_arm(name, cmd, nvml):
         launcher.kill()
         result["error"] = "the ranks never reached iteration 5:\n" + "".join(lines[-30:])
         return result
-    result["peak_mib"] = nvml.used_mib()
+    result["peak_mib"] = used_mib(nvml)
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
-    back_at = None
-    while time.monotonic() - killed_at < 30:
-        used = nvml.used_mib()
-        if all(u - b <= TOLERANCE_MIB for u, b in zip(used, baseline)):
-            back_at = time.monotonic() - killed_at
-            break
-        time.sleep(0.02)
-    result["back_s"] = back_at
+    result["back_s"] = seconds_until(lambda: all(u - b <= TOLERANCE_MIB for u, b in zip(used_mib(nvml), baseline)),
+                                     30, step=0.02, since=killed_at)
     try:
         launcher.wait(timeout=60)
         result["launcher_status"] = launcher.returncode
     except subprocess.TimeoutExpired:
         result["launcher_status"] = "still running after 60 s"
-    try:
-        with open(f"/proc/{pids[0]}/stat") as f:
-            result["survivor_alive"] = f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        result["survivor_alive"] = False
-    result["after_mib"] = nvml.used_mib()
+    result["survivor_alive"] = alive(pids[0])
+    result["after_mib"] = used_mib(nvml)
     # Clean up whatever the arm left (the plain arm may leave a rank), then let the GPUs settle.
     try:
         os.killpg(launcher.pid, signal.SIGKILL)
@@ -120,14 +88,7 @@ def run_arm(name, cmd, nvml):
 
 def main():
     gpuguard = os.path.abspath(sys.argv[1])
-    count = gpu_count()
-    if count < 2:
-        if os.environ.get("GPUGUARD_REQUIRE_GPUS") == "2":
-            print(f"FAIL: GPUGUARD_REQUIRE_GPUS=2 but this machine has {count} GPU(s)")
-            return 1
-        print(f"SKIP: needs two GPUs, this machine has {count}; a two-GPU machine runs it")
-        return 77
-    nvml = Nvml()
+    nvml = nvml_or_skip(devices=2)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     arms = [
         ("plain", torchrun + [JOB]),
@@ -135,26 +96,18 @@ def main():
         ("gpuguard run in each rank", torchrun + ["--no-python", gpuguard, "run", "--grace", "1", "--",
                                                    sys.executable, JOB]),
     ]
-    failures = []
     for name, cmd in arms:
         r = run_arm(name, cmd, nvml)
         print(f"--- {name}: {r}", flush=True)
-        if "error" in r:
-            failures.append(f"{name}: {r['error']}")
+        if not check("error" not in r, f"{name}: the ranks reached iteration 5", r.get("error")) or name == "plain":
             continue
-        if name == "plain":
-            continue
-        if r["back_s"] is None or r["back_s"] > BACK_WITHIN_S:
-            failures.append(f"{name}: both GPUs not back within {BACK_WITHIN_S} s of the kill (back_s={r['back_s']})")
-        if r["survivor_alive"]:
-            failures.append(f"{name}: the surviving rank was left running")
-        if r["launcher_status"] in (0, "still running after 60 s"):
-            failures.append(f"{name}: the launcher's status does not report the failure ({r['launcher_status']})")
-    for f in failures:
-        print("FAIL:", f)
-    print("ddp:", "FAIL" if failures else "ok")
-    return 1 if failures else 0
+        check(r["back_s"] is not None and r["back_s"] <= BACK_WITHIN_S,
+              f"{name}: both GPUs back within {BACK_WITHIN_S} s of the kill", f"back_s={r['back_s']}")
+        check(not r["survivor_alive"], f"{name}: the surviving rank is not left running")
+        check(r["launcher_status"] not in (0, "still running after 60 s"),
+              f"{name}: the launcher's status reports the failure", f"status {r['launcher_status']}")
+    finish("ddp")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

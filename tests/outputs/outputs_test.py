@@ -9,22 +9,16 @@ usage: outputs_test.py OPS_CHILD REPO_ROOT
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, check_schema as validate, finish, line_of, scratch  # noqa: E402  (tests/support)
 
 CHILD, ROOT = sys.argv[1], sys.argv[2]
 SCHEMAS = os.path.join(ROOT, "docs", "schemas")
 SOURCE = os.path.join(ROOT, "tests", "outputs", "ops_child.cpp")
 MIB = 1024 * 1024
-failures = []
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
 
 
 def run(mode, options, timeout=60, args=()):
@@ -37,32 +31,12 @@ def load_schema(name):
         return json.load(f)
 
 
-try:
-    import jsonschema
-except ImportError:  # scripts/deps.sh test installs it; without it the structural checks still run
-    jsonschema = None
-    print("note: jsonschema is not installed here; structural checks only")
-
-
-def validate(document, schema, where):
-    if jsonschema is None:
-        return
-    try:
-        jsonschema.validate(document, schema)
-    except jsonschema.ValidationError as error:
-        failures.append("%s does not match its schema: %s" % (where, error.message))
-
-
 def marker_line(marker):
-    with open(SOURCE) as f:
-        for number, line in enumerate(f, 1):
-            if marker in line:
-                return number
-    raise SystemExit("marker %s not in %s" % (marker, SOURCE))
+    return line_of(SOURCE, marker)
 
 
 # ---- the workload, with every output on ----------------------------------------------------------
-tmp = tempfile.mkdtemp(prefix="gpuguard-outputs-")
+tmp = scratch("gpuguard-outputs-")
 paths = {k: os.path.join(tmp, k) for k in ("events.jsonl", "trace.json", "metrics.prom", "ops.txt")}
 options = ":".join([
     "device=host", "host_capacity=64M", "stacks=all", "sample_ms=5",
@@ -81,7 +55,7 @@ with open(paths["events.jsonl"]) as f:
         try:
             event = json.loads(line)
         except ValueError as error:
-            failures.append("events.jsonl:%d is not JSON: %s" % (number, error))
+            check(False, "events.jsonl:%d is not JSON: %s" % (number, error))
             continue
         validate(event, events_schema, "events.jsonl:%d" % number)
         events.append(event)
@@ -421,9 +395,4 @@ result = run("plain", "device=host:text_log=off:jsonl_log=" + os.path.join(tmp, 
 logs = [n for n in os.listdir(tmp) if re.fullmatch(r"run-\d+\.jsonl", n)]
 check(len(logs) == 1, "%p became the pid", os.listdir(tmp))
 
-if failures:
-    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
-    sys.exit(1)
-shutil.rmtree(tmp)
-print("outputs_test: all checks passed (%d events, %d trace events, %d metric lines)" %
-      (len(events), len(trace), len(samples)))
+finish("outputs_test", "(%d events, %d trace events, %d metric lines)" % (len(events), len(trace), len(samples)))

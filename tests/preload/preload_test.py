@@ -25,7 +25,9 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, finish, scratch, skip  # noqa: E402  (tests/support)
 
 PRELOAD = sys.argv[1]
 
@@ -46,14 +48,7 @@ LEAKY, KERNELS = values("--leaky"), values("--kernel")
 DRIVER_PROGRAM, RTLD_NEXT = value("--driver-program"), value("--rtld-next")
 DEFER_PROGRAM = value("--defer-program")
 MIB = 1024 * 1024
-failures = []
-tmp = tempfile.mkdtemp(prefix="gpuguard-preload-")
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
+tmp = scratch("gpuguard-preload-")
 
 
 def environment(preload=True, options="", extra=None):
@@ -89,7 +84,7 @@ def tracked(program, name, extra=None, more_options=""):
         with open(leaks) as f:
             report = json.load(f)
     except (OSError, ValueError) as error:
-        failures.append("%s: no leak JSON: %s\n%s" % (name, error, result.stderr[-2000:]))
+        check(False, "%s: no leak JSON: %s" % (name, error), result.stderr[-2000:])
     found = []
     for path in glob.glob(os.path.join(records, "*.json")):
         with open(path) as f:
@@ -114,11 +109,7 @@ def check_summary(name, result, leaked_bytes, leaked_count):
 
 def gpu_skip_if_unusable(result, marker):
     if result.returncode != 0 and marker in result.stderr:
-        if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-            print("FAILED: GPUGUARD_REQUIRE_GPU=1 but the program could not allocate:\n" + result.stderr)
-            sys.exit(1)
-        print("skipped: no usable GPU here; the GPU runner runs this")
-        sys.exit(77)
+        skip("the program could not allocate (no usable GPU here; the GPU runner runs this):\n" + result.stderr)
 
 
 def sanitizer_summary(program):
@@ -332,8 +323,4 @@ if RTLD_NEXT:
               "RTLD_NEXT resolves after the calling library (%s the interposer)" % ("with" if preload else "without"),
               result.stdout + result.stderr)
 
-if failures:
-    print("FAILED (files kept in %s):\n- " % tmp + "\n- ".join(failures))
-    sys.exit(1)
-shutil.rmtree(tmp)
-print("preload_test: all checks passed")
+finish("preload_test")

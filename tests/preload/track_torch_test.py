@@ -19,33 +19,12 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, finish, torch_cuda_or_skip  # noqa: E402  (tests/support)
+
 CLI, PRELOAD = sys.argv[1], sys.argv[2]
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "track_torch_job.py")
-require = os.environ.get("GPUGUARD_REQUIRE_GPU") == "1"
-
-
-def skip(why):
-    if require:
-        print("FAILED: GPUGUARD_REQUIRE_GPU=1 but " + why)
-        sys.exit(1)
-    print("skipped: " + why)
-    sys.exit(77)
-
-
-probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                       capture_output=True, text=True, timeout=300)
-if probe.returncode != 0:
-    skip("torch cannot be imported here")
-if probe.stdout.strip() != "True":
-    skip("no usable GPU for torch here; the GPU runner runs this")
-
-failures = []
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
+torch_cuda_or_skip()
 
 
 for name, conf in (("native", ""), ("expandable", "expandable_segments:True"), ("async", "backend:cudaMallocAsync")):
@@ -90,7 +69,4 @@ for name, conf in (("native", ""), ("expandable", "expandable_segments:True"), (
     check(len(lines) == 1, name + ": one summary line, for the one process that used CUDA", err[-3000:])
     print("\n".join(l for l in err.splitlines() if l.startswith("[gpuguard]")))
 
-if failures:
-    print("FAILED:\n- " + "\n- ".join(failures))
-    sys.exit(1)
-print("track_torch_test: all checks passed")
+finish("track_torch_test")

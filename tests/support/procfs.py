@@ -1,5 +1,6 @@
-"""What the Python process tests read from /proc, in one place: a process's stat line, whether it
-is alive, and polling until something holds. Imported by tests that put this folder on sys.path."""
+"""What the Python process tests read from /proc, in one place: a process's stat line, its state,
+whether it is alive, and polling until something holds (with the time it took). Imported by tests
+that put this folder on sys.path; harness.py beside it holds the rest of what the tests share."""
 import collections
 import time
 
@@ -20,17 +21,30 @@ def stat(pid):
     return proc(fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), comm)
 
 
+def state(pid):
+    """`pid`'s state letter (R, S, D, T, Z...), or "gone"; for messages."""
+    s = stat(pid)
+    return s.state if s is not None else "gone"
+
+
 def alive(pid):
     """Whether `pid` is running (a zombie is not)."""
     s = stat(pid)
     return s is not None and s.state not in ("Z", "X")
 
 
-def wait_until(predicate, timeout, step=0.01):
-    """Polls `predicate` every `step` seconds for up to `timeout`; its last answer."""
-    deadline = time.monotonic() + timeout
+def seconds_until(predicate, timeout, step=0.01, since=None):
+    """Polls `predicate` every `step` seconds for up to `timeout` seconds after `since` (a
+    time.monotonic() reading; default now): the seconds from `since` until it held, or None."""
+    since = time.monotonic() if since is None else since
+    deadline = since + timeout
     while time.monotonic() < deadline:
         if predicate():
-            return True
+            return max(time.monotonic() - since, 0.0)
         time.sleep(step)
-    return predicate()
+    return max(time.monotonic() - since, 0.0) if predicate() else None
+
+
+def wait_until(predicate, timeout, step=0.01):
+    """Polls `predicate` every `step` seconds for up to `timeout`: whether it held."""
+    return seconds_until(predicate, timeout, step) is not None

@@ -15,6 +15,9 @@ import subprocess
 import sys
 import textwrap
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, finish, torch_cuda_or_skip  # noqa: E402  (tests/support)
+
 SNIPPET = textwrap.dedent("""
     import sys, torch
     lib = sys.argv[1]
@@ -50,20 +53,12 @@ SNIPPET = textwrap.dedent("""
 def main():
     lib = os.path.abspath(sys.argv[1])
     gpu = "--gpu" in sys.argv[2:]
-    failures = []
     if gpu:
-        import torch
-        if not torch.cuda.is_available():
-            if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-                print("FAIL: GPUGUARD_REQUIRE_GPU=1 but torch sees no CUDA device")
-                return 1
-            print("SKIP: no CUDA device on this machine; the GPU runner (scripts/gpu-runner.sh) runs it")
-            return 77
+        torch_cuda_or_skip()
 
     exported = ctypes.CDLL(lib)
     for name in ("gpuguard_torch_alloc", "gpuguard_torch_free"):
-        if not hasattr(exported, name):
-            failures.append(f"{lib} does not export {name}")
+        check(hasattr(exported, name), f"{lib} exports {name}")
 
     env = dict(os.environ, GPUGUARD_OPTIONS="leak_report=1")
     if not gpu:
@@ -72,26 +67,16 @@ def main():
                          capture_output=True, text=True, timeout=300, env=env)
     print(run.stdout)
     print(run.stderr[-4000:], file=sys.stderr)
-    if run.returncode != 0:
-        failures.append(f"the snippet exited with status {run.returncode}")
-    if "swapped" not in run.stdout:
-        failures.append("change_current_allocator did not take the library")
+    check(run.returncode == 0, "the snippet exits with status 0", f"status {run.returncode}")
+    check("swapped" in run.stdout, "change_current_allocator takes the library")
     if gpu:
-        if "losses" not in run.stdout:
-            failures.append("the training step did not run")
-        if "[gpuguard] no leaks" not in run.stderr:
-            failures.append("gpuguard's exit report did not say every allocation was freed")
+        check("losses" in run.stdout, "the training step runs")
+        check("[gpuguard] no leaks" in run.stderr, "gpuguard's exit report says every allocation was freed")
     else:
-        if "cuda tensor refused" not in run.stdout:
-            failures.append("the CUDA tensor was not refused PyTorch's usual way")
-        if "[gpuguard]" not in run.stderr:
-            failures.append("gpuguard's exit report did not run in the Python process")
-
-    for f in failures:
-        print("FAIL:", f)
-    print("pluggable:", "FAIL" if failures else "ok")
-    return 1 if failures else 0
+        check("cuda tensor refused" in run.stdout, "the CUDA tensor is refused PyTorch's usual way")
+        check("[gpuguard]" in run.stderr, "gpuguard's exit report runs in the Python process")
+    finish("pluggable")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

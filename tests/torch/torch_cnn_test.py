@@ -12,6 +12,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, finish, skip  # noqa: E402  (tests/support)
+
 STEPS = "30"
 
 
@@ -29,46 +32,33 @@ def final_loss(done):
 
 def main():
     binary = sys.argv[1]
-    failures = []
 
     probe = run(binary, "native", "--no-leak")
     if probe.returncode == 77:
-        if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-            print("FAIL: GPUGUARD_REQUIRE_GPU=1 but the example found no CUDA device")
-            return 1
-        print("SKIP: no CUDA device on this machine; the GPU runner (scripts/gpu-runner.sh) runs it")
-        return 77
+        skip("the example found no CUDA device on this machine; the GPU runner (scripts/gpu-runner.sh) runs it")
 
     native = final_loss(probe)
     observe = run(binary, "observe", "--side-stream", options="stacks=all:stack_depth=64")
     swap = run(binary, "swap_in", "--side-stream", "--no-leak")
     for name, done in (("native", probe), ("observe", observe), ("swap_in", swap)):
         print(f"--- {name}: status {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}")
-        if done.returncode != 0:
-            failures.append(f"{name} exited with status {done.returncode}")
+        check(done.returncode == 0, f"{name} exits with status 0", f"status {done.returncode}")
 
     losses = {"native": native, "observe": final_loss(observe), "swap_in": final_loss(swap)}
     print("final losses:", losses)
-    if None in losses.values():
-        failures.append(f"a mode printed no final loss: {losses}")
-    else:
+    if check(None not in losses.values(), "every mode printed a final loss", losses):
         for mode in ("observe", "swap_in"):
-            if abs(losses[mode] - native) > 1e-4 * max(1.0, abs(native)):
-                failures.append(f"{mode} trained to {losses[mode]}, native to {native}")
+            check(abs(losses[mode] - native) <= 1e-4 * max(1.0, abs(native)),
+                  f"{mode} trains to native's loss", f"{mode} trained to {losses[mode]}, native to {native}")
 
     err = observe.stderr
-    if "LEAK" not in err or "keep_for_debugging" not in err:
-        failures.append("observe mode's leak report does not name keep_for_debugging")
-    if not re.search(r"\[gpuguard\] forward: .*; torch allocated [+-]", err):
-        failures.append("the forward scope's line carries no PyTorch deltas")
-    if "[gpuguard] no leaks" not in swap.stderr:
-        failures.append("swap-in without the planted leak did not end with every allocation freed")
-
-    for f in failures:
-        print("FAIL:", f)
-    print("torch_cnn:", "FAIL" if failures else "ok")
-    return 1 if failures else 0
+    check("LEAK" in err and "keep_for_debugging" in err, "observe mode's leak report names keep_for_debugging")
+    check(re.search(r"\[gpuguard\] forward: .*; torch allocated [+-]", err),
+          "the forward scope's line carries PyTorch's deltas")
+    check("[gpuguard] no leaks" in swap.stderr,
+          "swap-in without the planted leak ends with every allocation freed")
+    finish("torch_cnn")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,24 +13,17 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from harness import check, finish, line_of, skip  # noqa: E402  (tests/support)
+
 CHILD, SCHEMA = sys.argv[1], sys.argv[2]
 GPU = "--gpu" in sys.argv[3:]
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "leak_child.cpp")
 MIB = 1024 * 1024
-failures = []
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + detail) if detail else ""))
 
 
 def marker_line(marker):
-    with open(SOURCE) as f:
-        for number, line in enumerate(f, 1):
-            if marker in line:
-                return number
-    raise SystemExit("marker %s not in %s" % (marker, SOURCE))
+    return line_of(SOURCE, marker)
 
 
 def run(mode, options):
@@ -57,11 +50,7 @@ def gpu_usable():
 
 device_option = "device=cuda" if GPU else "device=host"
 if GPU and not gpu_usable():
-    if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-        print("FAIL: GPUGUARD_REQUIRE_GPU=1 but no CUDA device is usable")
-        sys.exit(1)
-    print("SKIP: no CUDA device on this machine")
-    sys.exit(77)
+    skip("no CUDA device is usable on this machine")
 
 with tempfile.TemporaryDirectory() as tmp:
     json_path = os.path.join(tmp, "leaks.json")
@@ -127,8 +116,4 @@ with tempfile.TemporaryDirectory() as tmp:
         fatal = run("double_free", "device=host:abort_on_error=1")
         check(fatal.returncode == -6, "abort_on_error=1 ends by SIGABRT, got %d" % fatal.returncode, fatal.stderr)
 
-if failures:
-    for f in failures:
-        print("FAIL:", f)
-    sys.exit(1)
-print("leak report (%s): all checks passed" % ("gpu" if GPU else "host"))
+finish("leak report (%s)" % ("gpu" if GPU else "host"))

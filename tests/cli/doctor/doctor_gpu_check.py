@@ -23,13 +23,16 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import sys
 import textwrap
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from harness import (SPAWNED_HOLDER_JOB, check, echo_checks, finish, scratch,  # noqa: E402  (tests/support)
+                     torch_cuda_or_skip, write_text)
+from procfs import seconds_until, stat  # noqa: E402
+
 GiB = 1 << 30
-failures = []
 
 HOLD = textwrap.dedent("""
     import sys, time, torch
@@ -40,24 +43,6 @@ HOLD = textwrap.dedent("""
         sys.exit(0)
     time.sleep(600)
 """)
-
-TRAINER = textwrap.dedent("""
-    import multiprocessing as mp, sys, time
-    def worker(q):
-        import torch
-        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-        torch.cuda.synchronize()
-        q.put(__import__("os").getpid())
-        time.sleep(600)
-    if __name__ == "__main__":
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        p = ctx.Process(target=worker, args=(q,))
-        p.start()
-        print(q.get(), flush=True)
-        time.sleep(600)
-""")
-
 
 # A job's main process with two DataLoader-like workers (fork, as DataLoader's default on Linux:
 # their command line is the main process's, no multiprocessing hint): each allocates 512 MiB
@@ -84,29 +69,14 @@ JOB = textwrap.dedent("""
 
 
 def start_time(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return int(fields[19]) if fields[0] not in ("Z", "X") else None
-
-
-def parent_of(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return int(text[text.rindex(")") + 2:].split()[1])
+    """`pid`'s start time while it runs (with the PID, its identity), None once it exited."""
+    s = stat(pid)
+    return s.start_time if s is not None and s.state not in ("Z", "X") else None
 
 
 def check_job_from_a_script(workdir):
     """Shape (a): the job started from bash -c without job control, main kill -9ed."""
-    job_file = os.path.join(workdir, "job.py")
-    with open(job_file, "w") as f:
-        f.write(JOB)
+    job_file = write_text(os.path.join(workdir, "job.py"), JOB)
     # The script leads its session and group (as a batch script does) and outlives the job.
     script = subprocess.Popen(["bash", "-c", f"{sys.executable} {job_file}; sleep 600"], stdout=subprocess.PIPE,
                               text=True, start_new_session=True, cwd=workdir)
@@ -122,9 +92,8 @@ def check_job_from_a_script(workdir):
                   f"script job: worker {w} of a live main process is running", h and h["why"])
         used_before = before["devices"][0]["used_bytes"]
         os.kill(main, signal.SIGKILL)
-        deadline = time.monotonic() + 10   # until the workers are reparented
-        while time.monotonic() < deadline and any(parent_of(w) == main for w in workers):
-            time.sleep(0.05)
+        # until the workers are reparented
+        seconds_until(lambda: not any(getattr(stat(w), "ppid", None) == main for w in workers), 10, step=0.05)
         rc, docs, err = doctor()
         doc = docs[0]
         print("script job after kill -9 of the main process:", json.dumps([holder(doc, w) for w in workers], indent=1))
@@ -156,12 +125,6 @@ def check_job_from_a_script(workdir):
         script.wait()
 
 
-def check(ok, what, detail=""):
-    print(("PASS " if ok else "FAIL ") + what + (f": {detail}" if detail and not ok else ""), flush=True)
-    if not ok:
-        failures.append(what)
-
-
 def doctor(*args):
     r = subprocess.run([GPUGUARD, "doctor", "--json", *args], capture_output=True, text=True, timeout=120)
     docs = [json.loads(line) for line in r.stdout.splitlines()]
@@ -175,15 +138,8 @@ def holder(doc, pid):
 def main():
     global GPUGUARD
     GPUGUARD = sys.argv[1]
-    required = os.environ.get("GPUGUARD_REQUIRE_GPU") == "1"  # the GPU runner: a skip is a failure
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            print("FAILED: GPUGUARD_REQUIRE_GPU=1 but no CUDA device" if required else "SKIP: no CUDA device")
-            return 1 if required else 77
-    except ImportError:
-        print("FAILED: GPUGUARD_REQUIRE_GPU=1 but torch is not installed" if required else "SKIP: torch is not installed")
-        return 1 if required else 77
+    torch_cuda_or_skip()
+    echo_checks()
 
     rc, docs, err = doctor()
     base = docs[0]
@@ -193,13 +149,9 @@ def main():
     print("devices:", json.dumps(base["devices"]))
 
     # The case docs/design.md measured: a spawned worker outlives its kill -9ed trainer.
-    # multiprocessing's spawn imports the parent's __main__ in the worker: it must be a file.
-    trainer_file = os.path.join(tempfile.mkdtemp(prefix="gpuguard-doctor-gpu-"), "trainer.py")
-    with open(trainer_file, "w") as f:
-        f.write(TRAINER)
-    trainer = subprocess.Popen([sys.executable, trainer_file], stdout=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    worker = int(trainer.stdout.readline())
+    trainer = subprocess.Popen([sys.executable, SPAWNED_HOLDER_JOB, str(GiB), "wait"], stdout=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    worker = int(trainer.stdout.readline().split()[1])
     os.kill(trainer.pid, signal.SIGKILL)
     trainer.wait()
     live = subprocess.Popen([sys.executable, "-c", HOLD, str(512 << 20)], stdout=subprocess.PIPE, text=True)
@@ -262,14 +214,13 @@ def main():
     check(h is not None and h["class"] == "zombie", "an uncollected CUDA process is a zombie", h and h["class"])
     z.wait()
 
-    check_job_from_a_script(os.path.dirname(trainer_file))
+    check_job_from_a_script(scratch("gpuguard-doctor-gpu-"))
 
     rc, docs, err = doctor()
     print("after:", json.dumps({"holder_count": docs[0]["holder_count"], "residue_bytes": docs[0]["residue_bytes"],
                                 "exit": rc}))
-    print(f"{len(failures)} failed" if failures else "all checks passed")
-    return 1 if failures else 0
+    finish("doctor_gpu_check")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

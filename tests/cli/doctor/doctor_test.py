@@ -197,6 +197,16 @@ class doctor_test(unittest.TestCase):
             self.assertEqual(d["exit_status"], r.returncode if len(docs) == 1 else d["exit_status"])
         return docs[-1] if len(docs) == 1 else docs
 
+    def assert_one_line_error(self, r, status, start, named):
+        """`r` exited with `status`, printed nothing on stdout and one line on stderr that starts
+        with `start` and holds `named`."""
+        self.assertEqual(r.returncode, status, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith(start), lines[0])
+        self.assertIn(named, lines[0])
+
     def holder_of(self, doc, pid):
         found = [h for h in doc["holders"] if h["pid"] == pid]
         self.assertEqual(len(found), 1, f"PID {pid} not listed once: {[h['pid'] for h in doc['holders']]}")
@@ -271,13 +281,7 @@ class doctor_test(unittest.TestCase):
         ]
         for args, named in cases:
             with self.subTest(args=args):
-                r = self.doctor(*args, prefix=False)
-                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-                self.assertEqual(r.stdout, "")
-                lines = r.stderr.splitlines()
-                self.assertEqual(len(lines), 1, r.stderr)
-                self.assertTrue(lines[0].startswith("gpuguard doctor: "), lines[0])
-                self.assertIn(named, lines[0])
+                self.assert_one_line_error(self.doctor(*args, prefix=False), 2, "gpuguard doctor: ", named)
         r = self.doctor(prefix=False, env=self.env(GPUGUARD_DEVICE_PREFIX="not-absolute"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("not-absolute", r.stderr)
@@ -750,13 +754,8 @@ class doctor_test(unittest.TestCase):
                           (out_dir, "is a directory"),
                           (os.path.join(self.dir, "no-such-dir", "x.prom"), "No such file or directory")):
             with self.subTest(path=bad):
-                r = self.doctor("--reap", "--prometheus", bad, nvml=nvml)
-                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-                self.assertEqual(r.stdout, "")
-                lines = r.stderr.splitlines()
-                self.assertEqual(len(lines), 1, r.stderr)
-                self.assertTrue(lines[0].startswith("gpuguard doctor: --prometheus: "), lines[0])
-                self.assertIn(says, lines[0])
+                self.assert_one_line_error(self.doctor("--reap", "--prometheus", bad, nvml=nvml), 3,
+                                           "gpuguard doctor: --prometheus: ", says)
                 self.assertTrue(alive(orphan), "--reap acted although --prometheus could not be written")
         with open(prom) as f:
             self.assertEqual(f.read(), before)

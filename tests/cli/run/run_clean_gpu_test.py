@@ -15,39 +15,22 @@ exits 77 (skipped), unless GPUGUARD_REQUIRE_GPU=1, when it fails.
 
 usage: run_clean_gpu_test.py GPUGUARD
 """
-import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from harness import (SPAWNED_HOLDER_JOB, check, finish, nvml_or_skip, say, scratch,  # noqa: E402  (tests/support)
+                     torch_cuda_or_skip, write_text)
+from procfs import alive  # noqa: E402
 
 GPUGUARD = sys.argv[1]
 GIB = 1 << 30
 MIB = 1 << 20
-failures = []
-
-WORKER_JOB = textwrap.dedent("""
-    import multiprocessing as mp, os, time
-    def hold(ready):
-        import torch
-        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-        torch.cuda.synchronize()
-        ready.set()
-        time.sleep(600)
-    if __name__ == "__main__":
-        ctx = mp.get_context("spawn")
-        ready = ctx.Event()
-        worker = ctx.Process(target=hold, args=(ready,))
-        worker.start()
-        if not ready.wait(120):
-            os._exit(3)
-        print(worker.pid, flush=True)
-        os._exit(0)  # leaves the worker behind (no join at exit)
-""")
 
 SERVER = textwrap.dedent("""
     import os, sys, torch
@@ -68,61 +51,10 @@ SERVER = textwrap.dedent("""
 """)
 
 
-def say(text):
-    print(text, flush=True)
-
-
-def check(condition, what, detail=""):
-    if not condition:
-        failures.append(what + (("\n" + str(detail)) if detail else ""))
-    return condition
-
-
-def skip(reason):
-    if os.environ.get("GPUGUARD_REQUIRE_GPU") == "1":
-        say("FAILED: GPUGUARD_REQUIRE_GPU=1 but " + reason)
-        sys.exit(1)
-    say("skipped: " + reason)
-    sys.exit(77)
-
-
-class Memory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-try:
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-except OSError:
-    skip("no NVML (libnvidia-ml.so.1), so no GPU to measure")
-handle = ctypes.c_void_p()
-if nvml.nvmlInit_v2() != 0 or nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
-    skip("NVML found no device")
-if subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
-                  capture_output=True).returncode != 0:
-    skip("torch is not installed, or sees no CUDA device")
-
-
-def used():
-    memory = Memory()
-    nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))
-    return memory.used
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(") ", 1)[1][0] not in "ZX"
-    except OSError:
-        return False
-
-
-tmp = tempfile.mkdtemp(prefix="gpuguard-run-clean-gpu-")
-job_file = os.path.join(tmp, "job.py")  # multiprocessing's spawn imports __main__ from a file
-with open(job_file, "w") as f:
-    f.write(WORKER_JOB)
-server_file = os.path.join(tmp, "server.py")
-with open(server_file, "w") as f:
-    f.write(SERVER)
+used = nvml_or_skip().used  # device 0's used bytes
+torch_cuda_or_skip()
+tmp = scratch("gpuguard-run-clean-gpu-")
+server_file = write_text(os.path.join(tmp, "server.py"), SERVER)
 
 
 def run_guarded(report, *cmd, stdout=subprocess.PIPE):
@@ -137,8 +69,9 @@ def run_guarded(report, *cmd, stdout=subprocess.PIPE):
 
 # ---- clean: the boundary ends the worker the job left, the memory comes back ----------------------
 baseline = used()
-p, doc, line, took = run_guarded(os.path.join(tmp, "clean.json"), sys.executable, job_file)
-worker = int(p.stdout.split()[0]) if p.stdout.split() else 0
+# The job's main process exits at once, leaving its worker holding 1 GiB.
+p, doc, line, took = run_guarded(os.path.join(tmp, "clean.json"), sys.executable, SPAWNED_HOLDER_JOB, str(GIB), "exit")
+worker = int(p.stdout.split()[1]) if len(p.stdout.split()) == 2 else 0
 say("clean: %s (%.1f s)" % (line, took))
 check(p.returncode == 0, "clean: gpuguard run --require-clean exits 0", line)
 check(doc["clean"] is not None and doc["clean"]["clean"], "clean: the report says clean", doc.get("clean"))
@@ -173,7 +106,4 @@ finally:
     server.kill()
     server.wait()
 
-if failures:
-    say("FAILED:\n- " + "\n- ".join(failures))
-    sys.exit(1)
-say("run_clean_gpu_test: all checks passed")
+finish("run_clean_gpu_test")

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import pty
-import resource
 import select
 import shutil
 import signal
@@ -24,7 +23,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
-from procfs import alive, stat as proc_stat, wait_until  # noqa: E402  (tests/support)
+from harness import no_core_dumps  # noqa: E402  (tests/support)
+from procfs import alive, stat as proc_stat, wait_until  # noqa: E402
 
 GPUGUARD = FAKE_NVML = FAKE_PRELOAD = None
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_helper.py")
@@ -44,10 +44,6 @@ def all_processes():
 
 def children_of(pid):
     return [p for p, s in all_processes() if s[1] == pid]
-
-
-def no_core():
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 class base(unittest.TestCase):
@@ -74,7 +70,7 @@ class base(unittest.TestCase):
         full_env.pop("GPUGUARD_DEVICE_PREFIX", None)
         full_env.update(env or {})
         p = subprocess.Popen([GPUGUARD, "run", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=full_env, start_new_session=True, preexec_fn=no_core,
+                             stderr=subprocess.PIPE, env=full_env, start_new_session=True, preexec_fn=no_core_dumps,
                              **kwargs)
         self.to_kill.append(p.pid)
         return p
@@ -336,7 +332,7 @@ class signals(base):
         # nohup's SIGHUP stays ignored (not forwarded); an ignored SIGCHLD must not make the kernel
         # reap CMD before gpuguard learns its status. CMD inherits the dispositions it would have had.
         def ignoring():
-            no_core()
+            no_core_dumps()
             signal.signal(signal.SIGCHLD, signal.SIG_IGN)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
@@ -608,7 +604,7 @@ class pid1(base):
         p = subprocess.Popen([self.unshare, "--pid", "--fork", "--mount-proc", GPUGUARD, "run", "--report", report,
                               "--", PYTHON, HELPER, "entrypoint", out, "8"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True, preexec_fn=no_core)
+                             start_new_session=True, preexec_fn=no_core_dumps)
         self.to_kill.append(p.pid)
         self.assertTrue(wait_until(lambda: os.path.exists(out), 20), "the entrypoint never started")
         # gpuguard's PID on this side: unshare's child (it is PID 1 on the other side).
@@ -910,7 +906,7 @@ class tty(base):
         def session():
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-            no_core()
+            no_core_dumps()
 
         p = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, preexec_fn=session)
         self.to_kill.append(p.pid)

@@ -11,15 +11,9 @@ import os
 import sys
 import time
 
+from run_helper import append  # one O_APPEND write a line, so that the processes' lines never mix
+
 HELD = []  # what each process keeps open
-
-
-def append(path, text):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 def helper(pidfile, device):
