@@ -431,41 +431,12 @@ counters device_counters(int device) noexcept {
   return read_counters(r);
 }
 
-counters detail::device_counters_unstopped(int device) noexcept {
-  return read_counters(ledger().device_ref(device_slot_of(device)));
-}
-
-namespace {
-
-// Every shard held. Makes every device's and tag's counter shared and starts one of its peaks
-// again at its live bytes (detail::share_restarting).
-void share_every_counter_restarting(std::atomic<std::size_t> detail::live_counter::*peak) noexcept {
-  ledger_state& st = ledger();
-  for (int slot = 0; slot < device_slots; ++slot) { share_restarting(st.device_ref(slot), peak); }
-  for (std::size_t tag = 0; tag < max_tags; ++tag) { share_restarting(st.tag_ref(tag), peak); }
-}
-
-}  // namespace
-
 void reset_phase_peak() noexcept {
   catch_up();  // what came before the new phase is in the old one
   const detail::all_shards stopped;
   // A phase peak set to the live bytes leaves no headroom: every counter goes shared.
-  share_every_counter_restarting(&detail::live_counter::phase_peak);
+  ledger().share_every_counter(&detail::live_counter::phase_peak);
 }
-
-void detail::hold_shared_counters(bool hold) noexcept {
-  ledger_state& st = ledger();
-  if (!hold) {
-    st.shared_holds.fetch_sub(1, std::memory_order_relaxed);
-    return;
-  }
-  st.shared_holds.fetch_add(1, std::memory_order_relaxed);
-  const detail::all_shards stopped;
-  share_every_counter_restarting(&detail::live_counter::interval_peak);  // interval peaks count from here
-}
-
-bool detail::counter_is_local(int device) noexcept { return ledger().device_ref(device_slot_of(device)).local(); }
 
 misuse_counts misuse() noexcept {
   catch_up();
@@ -508,63 +479,6 @@ std::vector<int> detail::active_devices() {
     if (st.devices[i].ever_used()) { devices.push_back(i == 0 ? host_device_id : i - 1); }
   }
   return devices;
-}
-
-void detail::arm_crossing(int device, std::size_t bytes) noexcept {
-  const counter_ref r = ledger().device_ref(device_slot_of(device));
-  if (r.counter.alert_at.load(std::memory_order_relaxed) == bytes) { return; }
-  // The alert is part of the bound a local counter keeps under: it changes with every thread
-  // stopped.
-  const all_shards stopped;
-  arm_alert(r, bytes);
-}
-
-std::optional<detail::crossing> detail::take_crossing(int device) noexcept {
-  live_counter& c = ledger().devices[device_slot_of(device)];
-  if (c.crossing_state.load(std::memory_order_acquire) != 2) { return std::nullopt; }
-  const crossing seen{c.crossed_bytes, c.crossed_ns};
-  c.crossing_state.store(0, std::memory_order_release);
-  return seen;
-}
-
-std::size_t detail::take_interval_peak(int device) noexcept {
-  const counter_ref r = ledger().device_ref(device_slot_of(device));
-  // Start the next interval at the live bytes of now; an allocation racing with this raises it.
-  // While the device is local the interval peak is not raised (only an output that holds the
-  // counters shared writes it): it is then the most of the live bytes at the samples.
-  const std::size_t now = r.local() ? device_counters(device).current_bytes
-                                    : r.counter.current.load(std::memory_order_relaxed);
-  return r.counter.interval_peak.exchange(now, std::memory_order_relaxed);
-}
-
-std::vector<detail::site_total> detail::top_sites(std::size_t count) { return ledger().sites.top(count); }
-
-std::size_t detail::crash_scan(crash_site* sites, std::size_t capacity, bool& complete) noexcept {
-  complete = true;
-  std::size_t used = 0;
-  const ledger_state& st = ledger();
-  for (detail::live_shard& s : ledger().table.shards) {
-    if (!s.mutex.try_lock()) {
-      complete = false;
-      continue;
-    }
-    for (const allocation_record& record : s.slots) {
-      if (record.ptr == nullptr || st.inherited(record)) { continue; }
-      std::size_t i = 0;
-      while (i < used && (sites[i].site != record.site || sites[i].device != record.device)) { ++i; }
-      if (i == used) {
-        if (used == capacity) {
-          complete = false;
-          continue;
-        }
-        sites[used++] = crash_site{record.site, record.device, 0, 0};
-      }
-      sites[i].bytes += record.bytes;
-      ++sites[i].count;
-    }
-    s.mutex.unlock();
-  }
-  return used;
 }
 
 std::vector<frame_info> resolve_site(site_id site) {

@@ -69,6 +69,11 @@ __attribute__((noinline)) ledger_state& make_ledger_state() {
   return *s;
 }
 
+void ledger_state::share_every_counter(std::atomic<std::size_t> live_counter::*peak) noexcept {
+  for (int slot = 0; slot < device_slots; ++slot) { share_restarting(device_ref(slot), peak); }
+  for (std::size_t tag = 0; tag < max_tags; ++tag) { share_restarting(tag_ref(tag), peak); }
+}
+
 thread_counts& claim_counts(thread_state& mine) noexcept {
   static thread_local counts_owner owner;  // registers the thread's exit hook
   static_cast<void>(owner);

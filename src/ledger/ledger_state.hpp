@@ -56,6 +56,9 @@ struct ledger_state {
   [[nodiscard]] bool inherited(const allocation_record& record) const noexcept {
     return record.sequence <= inherited_through.load(std::memory_order_relaxed);
   }
+  /// Every shard held: makes every device's and tag's counter shared and starts one of its peaks
+  /// again at its live bytes (share_restarting).
+  void share_every_counter(std::atomic<std::size_t> live_counter::*peak) noexcept;
   [[nodiscard]] bool counters_held_shared() const noexcept {
     return shared_holds.load(std::memory_order_relaxed) > 0;
   }
