@@ -5,6 +5,7 @@
 
 #include "process/end.hpp"
 #include "util/file.hpp"
+#include "util/signal_name.hpp"
 #include "util/unique_fd.hpp"
 
 #include <algorithm>
@@ -498,11 +499,6 @@ void write_stderr(const std::string& line) noexcept {
 
 }  // namespace
 
-std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) { return std::string("SIG") + abbrev; }
-  return "SIG" + std::to_string(signal);
-}
-
 run_outcome supervise(const run_config& config) {
   run_outcome out;
   out.supervisor_pid = ::getpid();
@@ -670,7 +666,7 @@ run_outcome supervise(const run_config& config) {
       static_cast<void>(::kill(0, signal));
       return;
     }
-    write_stderr(std::string("[gpuguard run] CMD was stopped by ") + signal_name(signal) +
+    write_stderr(std::string("[gpuguard run] CMD was stopped by ") + detail::signal_text(signal) +
                  ", but no terminal job control can resume it: continuing it\n");
     if (::kill(-command, SIGCONT) != 0 && errno == ESRCH) { static_cast<void>(::kill(command, SIGCONT)); }
   };
@@ -701,7 +697,7 @@ run_outcome supervise(const run_config& config) {
       } else {  // the anchor is gone: CMD died with it (its death signal), or is dying
         reap_anchor_blocking();
         out.notes.push_back("the anchor process (pid " + std::to_string(anchor) + ") was ended by " +
-                            (WIFSIGNALED(anchor_status) ? signal_name(WTERMSIG(anchor_status))
+                            (WIFSIGNALED(anchor_status) ? detail::signal_text(WTERMSIG(anchor_status))
                                                         : "exit status " + std::to_string(shell_status(anchor_status))) +
                             " while CMD ran; CMD got its death signal (SIGKILL)");
         ended = true;
