@@ -276,7 +276,7 @@ holder make_holder(process_info info) {
 }
 
 // One sample: scan, NVML, merge, classify, summarise.
-sample take_sample(const options& o, const nvml_session& nvml, const std::string& nvml_library) {
+sample take_sample(const options& o, const util::nvml_library& nvml, const std::string& nvml_library) {
   sample s;
   s.time = now_iso8601();
   s.pid_namespace = pid_namespace();
@@ -304,7 +304,7 @@ sample take_sample(const options& o, const nvml_session& nvml, const std::string
   }
 
   std::vector<nvml_device> devices;
-  if (nvml.available()) { devices = nvml.sample(&s.nvml_error); }
+  if (nvml.available()) { devices = sample_devices(nvml, &s.nvml_error); }
   for (const nvml_device& d : devices) {
     for (const nvml_process& p : d.processes) {
       if (p.pid == 0) { continue; }  // not a process
@@ -506,9 +506,9 @@ int doctor_main(int argc, char** argv) {
     }
   }
 
-  const std::string library = nvml_library_name();
-  nvml_session nvml;
-  if (!o.no_nvml) { nvml = nvml_session::open(library); }
+  const std::string library = util::nvml_library_name();
+  util::nvml_library nvml;
+  if (!o.no_nvml) { nvml = util::nvml_library::open(library.c_str()); }
 
   if (o.watch_s) {
     struct sigaction sa{};

@@ -149,7 +149,7 @@ std::vector<proc_stat> live_descendants(pid_t root, pid_t spare) {
 
 // `shared`: NVML opened already (--require-clean keeps one session for the whole run), or null.
 residue_check check_devices(const std::vector<proc_stat>& processes, const std::string& prefix,
-                            const nvml_session* shared) {
+                            const util::nvml_library* shared) {
   residue_check check;
   check.done = true;
   for (const proc_stat& p : processes) {
@@ -162,9 +162,9 @@ residue_check check_devices(const std::vector<proc_stat>& processes, const std::
     }
   }
   if (!check.holders.empty()) {
-    nvml_session own;
+    util::nvml_library own;
     if (shared == nullptr) { own = open_nvml_for_run(&check.nvml_note); }
-    const nvml_session& nvml = shared != nullptr ? *shared : own;
+    const util::nvml_library& nvml = shared != nullptr ? *shared : own;
     check.nvml_queried = true;
     check.nvml_available = nvml.available();
     if (nvml.available()) { attach_memory(check.holders, sample_for_run(nvml, &check.nvml_note)); }
@@ -256,7 +256,7 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
 // --require-clean's gate (see clean_check): looks every 50 ms until the GPU is clean or the grace
 // period (at least 1 s: the driver takes a few hundred ms to give back a killed process's memory)
 // is over. Without NVML it looks once and says why it cannot tell.
-clean_check check_clean(const run_config& config, const nvml_session& nvml, const std::string& nvml_note,
+clean_check check_clean(const run_config& config, const util::nvml_library& nvml, const std::string& nvml_note,
                         const std::vector<nvml_device>& before, const std::vector<int>& job_pids,
                         const std::function<std::vector<proc_stat>()>& job_live) {
   clean_check c;
@@ -567,7 +567,7 @@ run_outcome supervise(const run_config& config) {
 
   // --require-clean: the GPU's memory before CMD starts (NVML is loaded only now, after the fork:
   // it may start threads), then the anchor may start CMD. The session stays open to the end.
-  nvml_session nvml;
+  util::nvml_library nvml;
   std::string nvml_note;
   std::vector<nvml_device> before;
   if (config.require_clean) {
