@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <new>
 #include <utility>
 
 #include <dlfcn.h>
@@ -143,10 +144,12 @@ std::string nvml_library::driver_version() const {
 namespace {
 
 const nvml_api& process_nvml() noexcept {
-  // Never destroyed (see nvml.hpp): a leaked owner, so no exit-time destructor unloads it.
-  static const nvml_library* const loaded = new nvml_library(nvml_library::open(
+  // Never destroyed (see nvml.hpp): a leaked owner, so no exit-time destructor unloads it. Where
+  // even that allocation fails, NVML is as good as missing.
+  static const nvml_library* const loaded = new (std::nothrow) nvml_library(nvml_library::open(
       nvml_library_name(), [](const nvml_api& a) noexcept { return a.device_by_bus != nullptr; }));
-  return loaded->api();
+  static const nvml_api none{};
+  return loaded != nullptr ? loaded->api() : none;
 }
 
 }  // namespace
