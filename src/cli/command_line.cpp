@@ -1,6 +1,7 @@
 #include "command_line.hpp"
 
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 namespace gpuguard::cli {
@@ -23,6 +24,14 @@ std::string spelling(const CLI::App& app, const std::string& name, const std::ve
 }
 
 }  // namespace
+
+void describe_command(CLI::App& app, const command_help& help) {
+  app.name(std::string("gpuguard ") + help.words.command);
+  app.description(help.description);
+  app.formatter(std::make_shared<usage_formatter>(help.usage_line));
+  app.set_help_flag("-h,--help", "this help");
+  app.footer(help.footer);
+}
 
 int usage_error(const usage_words& words, const std::string& message) {
   std::fprintf(stderr, "gpuguard %s: %s", words.command, message.c_str());

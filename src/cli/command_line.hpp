@@ -1,8 +1,9 @@
 /// @file
 /// @brief How the subcommands read their command lines: CLI11, with gpuguard's words and statuses.
 ///
-/// Each subcommand builds a `CLI::App` (its options bound to its own struct, one-line descriptions,
-/// the long help in `footer()`) and calls `parse_command_line`. CLI11's errors are said the way
+/// Each subcommand describes itself in a `command_help`, builds a `CLI::App` from it
+/// (`describe_command`; its options bound to its own struct, one-line descriptions, the long help
+/// in the footer) and calls `parse_command_line`. CLI11's errors are said the way
 /// gpuguard's usage errors always were ("unknown option '--x'", "option '-o' needs a value"), on
 /// one line of stderr, and exit 2.
 #pragma once
@@ -39,6 +40,20 @@ struct usage_words {
   bool quote_option_names = true;   ///< "option '--grace' needs a value" (false: "--grace needs a value")
   bool see_help = false;            ///< end with " (see 'gpuguard run --help')"
 };
+
+/// What a subcommand says about itself, in one constant per command: its help (the usage line
+/// first, what it does, the options, then the long help) and the words of its usage errors.
+struct command_help {
+  const char* usage_line;   ///< "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]"
+  const char* description;  ///< what the command does, under the usage line
+  const char* footer;       ///< details, environment, exit statuses: after the options
+  usage_words words;
+};
+
+/// Gives `app` the command's name ("gpuguard run"), description, footer, -h/--help, and a help
+/// that opens with the usage line. Call it before adding the options; then parse_command_line(app,
+/// help.words, ...).
+void describe_command(CLI::App& app, const command_help& help);
 
 /// Says a usage error on stderr, one line, and returns 2.
 int usage_error(const usage_words& words, const std::string& message);

@@ -1,6 +1,7 @@
 #include "util/format.hpp"
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -28,7 +29,27 @@ std::string format_signed_bytes(std::int64_t bytes) {
   return (bytes < 0 ? "-" : "+") + format_bytes(static_cast<std::size_t>(magnitude));
 }
 
-std::string format_duration(std::int64_t ns) {
+namespace {
+
+// "45s", "5m", "3h", "2d": the largest unit of which there are at least 2, rounded down.
+std::string coarse_duration(std::int64_t ns) {
+  struct unit {
+    long long seconds;
+    long long below;  // used while the duration is shorter
+    char suffix;
+  };
+  static constexpr unit units[] = {{1, 120, 's'}, {60, 7200, 'm'}, {3600, 172800, 'h'}, {86400, LLONG_MAX, 'd'}};
+  const long long seconds = ns / 1000000000;  // toward zero: small enough to negate
+  const long long magnitude = seconds < 0 ? -seconds : seconds;
+  const unit* u = units;
+  while (magnitude >= u->below) { ++u; }
+  return (seconds < 0 ? "-" : "") + std::to_string(magnitude / u->seconds) + u->suffix;
+}
+
+}  // namespace
+
+std::string format_duration(std::int64_t ns, duration_precision precision) {
+  if (precision == duration_precision::coarse) { return coarse_duration(ns); }
   char text[32];
   const double value = static_cast<double>(ns);
   if (ns < 1000) {

@@ -15,8 +15,16 @@ std::string format_bytes(std::size_t bytes);
 /// A signed size with its sign: "+512.0 MiB", "-256 B", "+0 B".
 std::string format_signed_bytes(std::int64_t bytes);
 
-/// A duration people read: "850 ns", "12.3 us", "12.4 ms", "1.23 s".
-std::string format_duration(std::int64_t ns);
+/// How closely format_duration spells a duration.
+enum class duration_precision {
+  fine,    ///< a unit and up to three figures: "850 ns", "12.3 us", "12.4 ms", "1.23 s" (reports, summaries)
+  coarse,  ///< whole units, as a table column shows an age: "45s", "5m", "3h", "2d" (the doctor)
+};
+
+/// A duration people read, from nanoseconds. Fine: "850 ns", "12.3 us", "12.4 ms", "1.23 s".
+/// Coarse, each rounded down: seconds under 2 minutes ("119s"), minutes under 2 hours ("5m"),
+/// hours under 2 days ("47h"), else days ("2d"); a negative duration has "-" in front ("-5s").
+std::string format_duration(std::int64_t ns, duration_precision precision = duration_precision::fine);
 
 /// `path` with every "%p" replaced by the process id (so processes of one job write apart).
 std::string expand_path(std::string_view path);

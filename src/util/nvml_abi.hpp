@@ -1,6 +1,6 @@
 // NVML's C ABI, as far as gpuguard uses it: the structures and codes of its API reference,
 // versioned by the _v2/_v3 suffixes of the entry points (nvml.h is not needed to build gpuguard).
-// The CLI's holders/nvml.cpp and util/nvml.cpp load the entry points with dlopen.
+// util/nvml.cpp, gpuguard's one NVML loader, resolves the entry points with dlopen and dlsym.
 #pragma once
 
 namespace gpuguard::util::nvml_abi {

@@ -1,7 +1,10 @@
 // util/nvml against the tests' stand-in for libnvidia-ml.so.1 (tests/cli/fake_nvml.cpp), on any
 // machine: the library it loads, the handle by bus id, the _v2 memory call's version and
 // arithmetic (cudaMemGetInfo's total and used, without the driver's reserve), MIG, and a process's
-// bytes. Its own executable: NVML is loaded once per process, and this one loads the stand-in.
+// bytes; then the loader itself (nvml_library), as the CLI opens it: what it resolves, the driver's
+// version, and each way it fails. Its own executable: NVML is loaded once per process, and this one
+// loads the stand-in. The stand-in's state is global, so the loader's tests come after the
+// process-wide instance's, and use none of its handles.
 #include "util/nvml.hpp"
 
 #include <gtest/gtest.h>
@@ -11,10 +14,26 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <unistd.h>
 
 namespace {
+
+using gpuguard::util::nvml_api;
+using gpuguard::util::nvml_failure;
+using gpuguard::util::nvml_library;
+
+// A spec file for the stand-in, removed at the end.
+struct spec_file {
+  std::filesystem::path path;
+  explicit spec_file(const std::string& text)
+      : path(std::filesystem::temp_directory_path() / ("gpuguard_nvml_loader_" + std::to_string(::getpid()) + ".spec")) {
+    std::ofstream(path) << text;
+    EXPECT_EQ(::setenv("GPUGUARD_FAKE_NVML", path.c_str(), 1), 0);
+  }
+  ~spec_file() { std::filesystem::remove(path); }
+};
 
 TEST(nvml_fake, answers_by_bus_id_with_cudas_figures_mig_and_a_processes_bytes) {
   const std::filesystem::path spec =
@@ -57,6 +76,64 @@ TEST(nvml_fake, answers_by_bus_id_with_cudas_figures_mig_and_a_processes_bytes) 
   EXPECT_EQ(gpuguard::util::nvml_process_used(zero, 1), 0);
   EXPECT_EQ(gpuguard::util::nvml_process_used(three, 4242), 0);
   std::filesystem::remove(spec);
+}
+
+TEST(nvml_library, resolves_the_entry_points_the_library_has_and_reads_the_drivers_version) {
+  const spec_file spec("driver 555.42\ndevice 0 1000 0 10 Fake\n");
+  nvml_library nvml = nvml_library::open(GPUGUARD_FAKE_NVML_PATH);
+  ASSERT_TRUE(nvml.available()) << nvml.error();
+  EXPECT_EQ(nvml.failure(), nvml_failure::none);
+  EXPECT_EQ(nvml.error(), "");
+  EXPECT_EQ(nvml.driver_version(), "555.42");
+  const nvml_api& api = nvml.api();
+  EXPECT_NE(api.device_count, nullptr);
+  EXPECT_NE(api.device_by_index, nullptr);
+  EXPECT_NE(api.compute_processes, nullptr);  // the stand-in has the _v3 call
+  EXPECT_EQ(api.graphics_processes, nullptr);  // and no graphics list at all
+  EXPECT_EQ(api.init_v1, nullptr);
+  unsigned int count = 0;
+  ASSERT_EQ(api.device_count(&count), gpuguard::util::nvml_abi::success);
+  EXPECT_EQ(count, 1U);
+  EXPECT_EQ(nvml.error_text("nvmlDeviceGetCount_v2", gpuguard::util::nvml_abi::error_insufficient_size),
+            "nvmlDeviceGetCount_v2: Insufficient Size");
+
+  // Moved: the new owner holds the library, the old one nothing.
+  nvml_library moved(std::move(nvml));
+  EXPECT_TRUE(moved.available());
+  EXPECT_FALSE(nvml.available());  // NOLINT(bugprone-use-after-move): what a move leaves is the point
+  EXPECT_EQ(nvml.api().device_count, nullptr);
+}
+
+TEST(nvml_library, says_why_when_nvml_cannot_start) {
+  const spec_file spec("init_error 9\n");
+  const nvml_library nvml = nvml_library::open(GPUGUARD_FAKE_NVML_PATH);
+  EXPECT_FALSE(nvml.available());
+  EXPECT_EQ(nvml.failure(), nvml_failure::init_failed);
+  EXPECT_EQ(nvml.error(), "nvmlInit_v2: Driver Not Loaded");
+  EXPECT_EQ(nvml.failure_detail(), "Driver Not Loaded");
+  EXPECT_EQ(nvml.api().device_count, nullptr);  // nothing to call
+  EXPECT_EQ(nvml.driver_version(), "");
+}
+
+TEST(nvml_library, a_library_without_what_the_caller_requires_is_not_initialised) {
+  const spec_file spec("device 0 1000 0 10 Fake\n");
+  const nvml_library nvml = nvml_library::open(
+      GPUGUARD_FAKE_NVML_PATH, [](const nvml_api& api) noexcept { return api.graphics_processes != nullptr; });
+  EXPECT_FALSE(nvml.available());
+  EXPECT_EQ(nvml.failure(), nvml_failure::missing_symbols);
+  EXPECT_EQ(nvml.error(), std::string(GPUGUARD_FAKE_NVML_PATH) + " lacks a required entry point");
+  EXPECT_EQ(nvml.failure_detail(), "");
+}
+
+TEST(nvml_library, a_library_the_loader_cannot_find_is_named_in_the_error) {
+  const nvml_library nvml = nvml_library::open("/nonexistent/libnvidia-ml.so.1");
+  EXPECT_FALSE(nvml.available());
+  EXPECT_EQ(nvml.failure(), nvml_failure::not_loaded);
+  EXPECT_NE(nvml.error().find("/nonexistent/libnvidia-ml.so.1"), std::string::npos) << nvml.error();
+  EXPECT_EQ(nvml.failure_detail(), nvml.error());
+  // Without a library there is no nvmlErrorString: a failed call is named with its number.
+  EXPECT_EQ(nvml.error_text("nvmlDeviceGetCount_v2", 7), "nvmlDeviceGetCount_v2: error 7");
+  EXPECT_EQ(nvml.error_string(7), "");
 }
 
 }  // namespace

@@ -38,12 +38,11 @@ namespace {
 
 using namespace doctor;
 
-constexpr const char* usage_line =
+constexpr command_help help_text{
     "usage: gpuguard doctor [--json] [--watch SECONDS [--count N]] [--reap [--grace SECONDS]]\n"
     "                       [--pid PID[:START_TIME]]... [--device-prefix PATH] [--no-nvml]\n"
-    "                       [--prometheus FILE]";
-
-constexpr const char* description =
+    "                       [--prometheus FILE]",
+    // what it does
     "Finds the processes that hold GPU memory, and says why they still do. Memory that 'stays after\n"
     "the job died' is held by a process that is still alive: a worker reparented to PID 1, a stopped\n"
     "job, a process stuck in the driver, or one in another PID namespace.\n"
@@ -61,9 +60,8 @@ constexpr const char* description =
     "  not_visible      NVML lists the PID but it has no process here: a host PID seen from a\n"
     "                   container (or a PID that here names a process holding no device file)\n"
     "Per device it shows used memory, what processes account for, and the residue: used memory no\n"
-    "process visible here accounts for.";
-
-constexpr const char* footer =
+    "process visible here accounts for.",
+    // after the options
     "--reap ends the holders classified orphaned (or, with --pid, the named ones that hold a\n"
     "device): SIGTERM (and SIGCONT if stopped), then SIGKILL after the grace period. Signals go\n"
     "through pidfds after the start time is checked again, so a reused PID is never hit. It never\n"
@@ -86,11 +84,8 @@ constexpr const char* footer =
     "  1  at least one listed process holds a GPU device (device file or NVML memory)\n"
     "  2  usage error\n"
     "  3  the doctor could not do its job: /proc unreadable, or --reap could not end a target\n"
-    "     (a signal failed, a process survived SIGKILL)\n";
-
-constexpr usage_words words{"doctor", true, true};
-
-int usage_error(const std::string& message) { return cli::usage_error(words, message); }
+    "     (a signal failed, a process survived SIGKILL)\n",
+    {"doctor", true, true}};
 
 struct named_pid {
   int pid = 0;
@@ -134,9 +129,8 @@ bool parse_unsigned(const std::string& text, T& out, T max) {
 
 // Parses argv into `o`; returns -1 to go on, or the exit status to return now.
 int parse_args(int argc, char** argv, options& o) {
-  CLI::App app(description, "gpuguard doctor");
-  app.formatter(std::make_shared<usage_formatter>(usage_line));
-  app.set_help_flag("-h,--help", "this help");
+  CLI::App app;
+  describe_command(app, help_text);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   std::string watch;
   std::string count;
@@ -162,20 +156,19 @@ int parse_args(int argc, char** argv, options& o) {
   app.add_flag("--no-nvml", o.no_nvml, "do not load NVML")->disable_flag_override();
   const CLI::Option* prometheus_given = app.add_option("--prometheus", o.prometheus, "also write each sample as Prometheus "
                                                        "gauges (gpuguard_doctor_*) to FILE")->type_name("FILE");
-  app.footer(footer);
-  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  if (const std::optional<int> rc = parse_command_line(app, help_text.words, argc, argv)) { return *rc; }
 
   if (watch_given->count() > 0) {
     double v = 0;
     if (!parse_seconds(watch, v, 0.01, 86400.0)) {
-      return usage_error("option '--watch' needs seconds between 0.01 and 86400, got '" + watch + "'");
+      return usage_error(help_text.words, "option '--watch' needs seconds between 0.01 and 86400, got '" + watch + "'");
     }
     o.watch_s = v;
   }
   if (count_given->count() > 0) {
     int v = 0;
     if (!parse_unsigned(count, v, 1000000000) || v < 1) {
-      return usage_error("option '--count' needs a whole number of samples >= 1, got '" + count + "'");
+      return usage_error(help_text.words, "option '--count' needs a whole number of samples >= 1, got '" + count + "'");
     }
     o.count = v;
   }
@@ -183,7 +176,7 @@ int parse_args(int argc, char** argv, options& o) {
   if (have_grace) {
     const std::optional<std::int64_t> ms = gpuguard::detail::parse_grace_ms(grace);
     if (!ms) {
-      return usage_error("option '--grace' needs seconds, e.g. 5 or 0.5, from 0 to 86400, got '" + grace + "'");
+      return usage_error(help_text.words, "option '--grace' needs seconds, e.g. 5 or 0.5, from 0 to 86400, got '" + grace + "'");
     }
     o.grace_s = static_cast<double>(*ms) / 1000.0;
   }
@@ -192,38 +185,38 @@ int parse_args(int argc, char** argv, options& o) {
     const std::size_t colon = value.find(':');
     const std::string pid_text = value.substr(0, colon);
     if (!parse_unsigned(pid_text, p.pid, 0x3fffffff) || p.pid < 1) {
-      return usage_error("option '--pid' needs a process ID >= 1 (optionally PID:START_TIME), got '" + value + "'");
+      return usage_error(help_text.words, "option '--pid' needs a process ID >= 1 (optionally PID:START_TIME), got '" + value + "'");
     }
     if (colon != std::string::npos) {
       std::uint64_t start = 0;
       if (!parse_unsigned(value.substr(colon + 1), start, UINT64_MAX)) {
-        return usage_error("option '--pid': START_TIME in '" + value +
+        return usage_error(help_text.words, "option '--pid': START_TIME in '" + value +
                            "' must be a whole number (field 22 of /proc/PID/stat)");
       }
       p.start_time = start;
     }
     const bool duplicate =
         std::any_of(o.pids.begin(), o.pids.end(), [&p](const named_pid& q) { return q.pid == p.pid; });
-    if (duplicate) { return usage_error("option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
+    if (duplicate) { return usage_error(help_text.words, "option '--pid': PID " + std::to_string(p.pid) + " named twice"); }
     o.pids.push_back(p);
   }
   if (prometheus_given->count() > 0 && (o.prometheus.empty() || o.prometheus.back() == '/')) {
-    return usage_error("option '--prometheus' needs a file name, got '" + o.prometheus + "'");
+    return usage_error(help_text.words, "option '--prometheus' needs a file name, got '" + o.prometheus + "'");
   }
   const bool have_prefix = prefix_given->count() > 0;
   if (have_prefix) {
     if (prefix.empty() || prefix[0] != '/') {
-      return usage_error("option '--device-prefix' needs an absolute path prefix, got '" + prefix + "'");
+      return usage_error(help_text.words, "option '--device-prefix' needs an absolute path prefix, got '" + prefix + "'");
     }
     o.prefix = prefix;
   }
-  if (o.count && !o.watch_s) { return usage_error("option '--count' needs --watch"); }
-  if (have_grace && !o.reap) { return usage_error("option '--grace' needs --reap"); }
+  if (o.count && !o.watch_s) { return usage_error(help_text.words, "option '--count' needs --watch"); }
+  if (have_grace && !o.reap) { return usage_error(help_text.words, "option '--grace' needs --reap"); }
   if (!have_prefix) {
     const char* env = std::getenv("GPUGUARD_DEVICE_PREFIX");
     if (env != nullptr && *env != '\0') {
       if (env[0] != '/') {
-        return usage_error(std::string("GPUGUARD_DEVICE_PREFIX must be an absolute path prefix, got '") + env + "'");
+        return usage_error(help_text.words, std::string("GPUGUARD_DEVICE_PREFIX must be an absolute path prefix, got '") + env + "'");
       }
       o.prefix = env;
     } else {
@@ -276,7 +269,7 @@ holder make_holder(process_info info) {
 }
 
 // One sample: scan, NVML, merge, classify, summarise.
-sample take_sample(const options& o, const nvml_session& nvml, const std::string& nvml_library) {
+sample take_sample(const options& o, const util::nvml_library& nvml, const std::string& nvml_library) {
   sample s;
   s.time = now_iso8601();
   s.pid_namespace = pid_namespace();
@@ -304,7 +297,7 @@ sample take_sample(const options& o, const nvml_session& nvml, const std::string
   }
 
   std::vector<nvml_device> devices;
-  if (nvml.available()) { devices = nvml.sample(&s.nvml_error); }
+  if (nvml.available()) { devices = sample_devices(nvml, &s.nvml_error); }
   for (const nvml_device& d : devices) {
     for (const nvml_process& p : d.processes) {
       if (p.pid == 0) { continue; }  // not a process
@@ -506,9 +499,9 @@ int doctor_main(int argc, char** argv) {
     }
   }
 
-  const std::string library = nvml_library_name();
-  nvml_session nvml;
-  if (!o.no_nvml) { nvml = nvml_session::open(library); }
+  const std::string library = util::nvml_library_name();
+  util::nvml_library nvml;
+  if (!o.no_nvml) { nvml = util::nvml_library::open(library.c_str()); }
 
   if (o.watch_s) {
     struct sigaction sa{};

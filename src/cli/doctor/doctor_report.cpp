@@ -67,20 +67,11 @@ std::string files_text(const holder& h) {
   return out;
 }
 
+// "45s", "5m", "3h", "2d"; "-" when unknown (age_s is -1).
 std::string age_text(double seconds) {
   if (seconds < 0) { return "-"; }
-  const auto s = static_cast<long long>(seconds);
-  char buffer[32];
-  if (s < 120) {
-    std::snprintf(buffer, sizeof buffer, "%llds", s);
-  } else if (s < 7200) {
-    std::snprintf(buffer, sizeof buffer, "%lldm", s / 60);
-  } else if (s < 172800) {
-    std::snprintf(buffer, sizeof buffer, "%lldh", s / 3600);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%lldd", s / 86400);
-  }
-  return buffer;
+  const double ns = std::min(seconds, 9.0e9) * 1e9;  // within std::int64_t (292 years)
+  return detail::format_duration(static_cast<std::int64_t>(ns), detail::duration_precision::coarse);
 }
 
 }  // namespace

@@ -33,9 +33,9 @@ namespace gpuguard::cli {
 
 namespace {
 
-constexpr const char* usage_line = "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]";
-
-constexpr const char* description =
+constexpr command_help help_text{
+    "usage: gpuguard run [OPTIONS] [--] CMD [ARGS...]",
+    // what it does
     "Runs CMD so that no process of it outlives it: when CMD ends, however it ends, every process\n"
     "it left behind (children, grandchildren, ones that called setsid or left its process group)\n"
     "gets SIGTERM, then SIGKILL after a grace period. Then says which of them held a GPU device\n"
@@ -55,9 +55,8 @@ constexpr const char* description =
     "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
     "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
     "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
-    "    docs/run.md";
-
-constexpr const char* footer =
+    "    docs/run.md",
+    // after the options
     "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
     "\n"
     "details:\n"
@@ -91,11 +90,8 @@ constexpr const char* footer =
     "       in the summary line and the report)\n"
     "  127  CMD was not found; 126  CMD could not be executed\n"
     "  2    usage error (nothing is started)\n"
-    "  1    gpuguard itself failed, or CMD's status could not be learnt";
-
-constexpr usage_words words{"run", false, true};
-
-int usage_error(const std::string& message) { return cli::usage_error(words, message); }
+    "  1    gpuguard itself failed, or CMD's status could not be learnt",
+    {"run", false, true}};
 
 bool readable_file(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
 
@@ -227,10 +223,9 @@ int run_main(int argc, char** argv) {
   run_config config;
   // The command line: CLI11 stops at the first argument that is not an option (prefix_command), and
   // leaves it and everything after it, '--' included, to CMD.
-  CLI::App app(description, "gpuguard run");
-  app.formatter(std::make_shared<usage_formatter>(usage_line));
+  CLI::App app;
+  describe_command(app, help_text);
   app.prefix_command();
-  app.set_help_flag("-h,--help", "this help");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string grace;
   std::string report;
@@ -254,37 +249,36 @@ int run_main(int argc, char** argv) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
-  app.footer(footer);
-  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  if (const std::optional<int> rc = parse_command_line(app, help_text.words, argc, argv)) { return *rc; }
   if (track) { opts.track = true; }
   if (no_cgroup) { opts.cgroup = false; }
   if (require_clean) { opts.require_clean = true; }
   if (grace_given->count() > 0) {
     opts.grace_ms = detail::parse_grace_ms(grace);
     if (!opts.grace_ms) {
-      return usage_error("bad --grace value '" + grace + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
+      return usage_error(help_text.words, "bad --grace value '" + grace + "': expected seconds, e.g. 5 or 0.5, from 0 to 86400");
     }
   }
   if (report_given->count() > 0) {
-    if (report.empty()) { return usage_error("--report needs a path"); }
+    if (report.empty()) { return usage_error(help_text.words, "--report needs a path"); }
     opts.report = report;
   }
   if (prefix_given->count() > 0) {
-    if (device_prefix.empty()) { return usage_error("--device-prefix needs a path"); }
+    if (device_prefix.empty()) { return usage_error(help_text.words, "--device-prefix needs a path"); }
     opts.device_prefix = device_prefix;
   }
   for (const std::string& o : opts.options) {
-    if (o.empty()) { return usage_error("--options needs K=V items"); }
+    if (o.empty()) { return usage_error(help_text.words, "--options needs K=V items"); }
   }
   std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    return usage_error("unknown option '" + rest.front() + "'");
+    return usage_error(help_text.words, "unknown option '" + rest.front() + "'");
   }
-  if (rest.empty()) { return usage_error("no command given: gpuguard run [OPTIONS] -- CMD [ARGS...]"); }
+  if (rest.empty()) { return usage_error(help_text.words, "no command given: gpuguard run [OPTIONS] -- CMD [ARGS...]"); }
   config.command = std::move(rest);
-  if (config.command.front().empty()) { return usage_error("the command is an empty string"); }
+  if (config.command.front().empty()) { return usage_error(help_text.words, "the command is an empty string"); }
   if (opts.grace_ms) { config.grace_ms = *opts.grace_ms; }
   if (opts.device_prefix) { config.device_prefix = *opts.device_prefix; }
   config.use_cgroup = opts.cgroup.value_or(true);
@@ -293,7 +287,7 @@ int run_main(int argc, char** argv) {
     config.report_path = detail::expand_path(*opts.report);
     const std::string dir = directory_of(config.report_path);
     if (::access(dir.c_str(), W_OK) != 0) {
-      return usage_error("cannot write the report '" + config.report_path + "': " + dir + ": " + std::strerror(errno));
+      return usage_error(help_text.words, "cannot write the report '" + config.report_path + "': " + dir + ": " + std::strerror(errno));
     }
   }
   std::string preload;

@@ -3,6 +3,7 @@
 #include "run/run_report.hpp"
 
 #include "util/format.hpp"
+#include "util/signal_name.hpp"
 #include "json.hpp"
 
 #include <cmath>
@@ -118,7 +119,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
   switch (o.how) {
     case run_outcome::end::exited: line += " exited with status " + std::to_string(o.code) + after; break;
     case run_outcome::end::signaled:
-      line += " was killed by " + signal_name(o.code) + " (status " + std::to_string(o.exit_status) + ")" + after;
+      line += " was killed by " + detail::signal_text(o.code) + " (status " + std::to_string(o.exit_status) + ")" + after;
       break;
     case run_outcome::end::not_started: line += " could not be started"; break;
     case run_outcome::end::unknown: line += " ended" + after + ", status unknown (exit status 1)"; break;
@@ -148,7 +149,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
             std::to_string(terminated) + " ended after SIGTERM";
     if (killed > 0) {
       line += ", " + std::to_string(killed) + " killed with SIGKILL ";
-      line += t.cut_short ? "(grace cut short by " + signal_name(t.cut_short_by) + ")"
+      line += t.cut_short ? "(grace cut short by " + detail::signal_text(t.cut_short_by) + ")"
                           : "after the " + grace_text(config.grace_ms) + " grace";
     }
     if (!survivors.empty()) {
@@ -200,7 +201,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
               {"end", how},
               {"exit_code", exited ? json(o.code) : json(nullptr)},
               {"signal", signaled ? json(o.code) : json(nullptr)},
-              {"signal_name", signaled ? json(signal_name(o.code)) : json(nullptr)},
+              {"signal_name", signaled ? json(detail::signal_text(o.code)) : json(nullptr)},
               {"exec_error", o.how == run_outcome::end::not_started ? json(std::strerror(o.exec_error)) : json(nullptr)},
               {"exit_status", o.exit_status},
               {"grace_s", seconds(config.grace_ms * 1000000)},
@@ -211,7 +212,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
   json forwarded = json::array();
   for (std::size_t s = 1; s < o.forwarded.size(); ++s) {
     if (o.forwarded[s] == 0) { continue; }
-    forwarded.push_back({{"signal", s}, {"name", signal_name(static_cast<int>(s))}, {"count", o.forwarded[s]}});
+    forwarded.push_back({{"signal", s}, {"name", detail::signal_text(static_cast<int>(s))}, {"count", o.forwarded[s]}});
   }
   doc["signals_forwarded"] = std::move(forwarded);
 
@@ -242,7 +243,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                          {"signal_error", !l.signal_error.empty() ? json(l.signal_error) : json(nullptr)}});
   }
   doc["teardown"] = {{"duration_s", seconds(t.duration_ns)},
-                     {"cut_short_by", t.cut_short ? json(signal_name(t.cut_short_by)) : json(nullptr)},
+                     {"cut_short_by", t.cut_short ? json(detail::signal_text(t.cut_short_by)) : json(nullptr)},
                      {"terminated", terminated},
                      {"killed", killed},
                      {"survived", survived},

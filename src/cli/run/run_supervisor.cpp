@@ -5,6 +5,7 @@
 
 #include "process/end.hpp"
 #include "util/file.hpp"
+#include "util/signal_name.hpp"
 #include "util/unique_fd.hpp"
 
 #include <algorithm>
@@ -148,7 +149,7 @@ std::vector<proc_stat> live_descendants(pid_t root, pid_t spare) {
 
 // `shared`: NVML opened already (--require-clean keeps one session for the whole run), or null.
 residue_check check_devices(const std::vector<proc_stat>& processes, const std::string& prefix,
-                            const nvml_session* shared) {
+                            const util::nvml_library* shared) {
   residue_check check;
   check.done = true;
   for (const proc_stat& p : processes) {
@@ -161,9 +162,9 @@ residue_check check_devices(const std::vector<proc_stat>& processes, const std::
     }
   }
   if (!check.holders.empty()) {
-    nvml_session own;
+    util::nvml_library own;
     if (shared == nullptr) { own = open_nvml_for_run(&check.nvml_note); }
-    const nvml_session& nvml = shared != nullptr ? *shared : own;
+    const util::nvml_library& nvml = shared != nullptr ? *shared : own;
     check.nvml_queried = true;
     check.nvml_available = nvml.available();
     if (nvml.available()) { attach_memory(check.holders, sample_for_run(nvml, &check.nvml_note)); }
@@ -197,11 +198,9 @@ std::vector<proc_stat> job_processes(const teardown_params& params) {
 // Ends every live descendant the process layer's way (process/end.hpp): SIGTERM (SIGCONT to a
 // stopped one), the grace period with the process table read again every few milliseconds (a new
 // descendant gets SIGTERM too), then SIGKILL to whatever is left. `reap` collects zombies among
-// the caller's children; `first_look` sees the leftovers before any signal (the residue check).
-teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap,
-                              const std::function<void(const std::vector<proc_stat>&)>& first_look) {
+// the caller's children.
+teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap) {
   reap();
-  if (first_look) { first_look(job_processes(params)); }
   // Command lines are read when a process is first seen: after the teardown there is none to read.
   std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;
   detail::end_plan plan;
@@ -254,10 +253,10 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
 
 // --require-clean's gate (see clean_check): looks every 50 ms until the GPU is clean or the grace
 // period (at least 1 s: the driver takes a few hundred ms to give back a killed process's memory)
-// is over. Without NVML it looks once and says why it cannot tell.
-clean_check check_clean(const run_config& config, const nvml_session& nvml, const std::string& nvml_note,
+// is over. Without NVML it looks once and says why it cannot tell. `job` finds the job's processes.
+clean_check check_clean(const run_config& config, const util::nvml_library& nvml, const std::string& nvml_note,
                         const std::vector<nvml_device>& before, const std::vector<int>& job_pids,
-                        const std::function<std::vector<proc_stat>()>& job_live) {
+                        const teardown_params& job) {
   clean_check c;
   c.required = true;
   const steady::time_point start = steady::now();
@@ -266,7 +265,7 @@ clean_check check_clean(const run_config& config, const nvml_session& nvml, cons
     c.holders.clear();
     c.listed.clear();
     c.devices.clear();
-    for (const proc_stat& p : job_live()) {
+    for (const proc_stat& p : job_processes(job)) {
       const process_info info = read_process("/proc", p.pid, config.device_prefix);
       if (info.exists && !info.devices.empty()) { c.holders.push_back(p.pid); }
     }
@@ -379,402 +378,517 @@ void write_stderr(const std::string& line) noexcept {
   static_cast<void>(gpuguard::detail::write_all(STDERR_FILENO, line.data(), line.size()));
 }
 
-// The anchor: parent of CMD, child subreaper, the supervisor's dead man's switch.
+// ---- the anchor's steps: anchor_main is their outline -------------------------------------------
+
+// What the anchor's steps share: parent of CMD, child subreaper, the supervisor's dead man's switch.
+struct anchor_state {
+  anchor_state(const run_config& c, const job_cgroup& g, pid_t s, int m, int k)
+      : config(c), cgroup(g), supervisor(s), message_fd(m), control_fd(k) {}
+
+  const run_config& config;
+  const job_cgroup& cgroup;
+  const pid_t supervisor;
+  const int message_fd;         // our messages to the supervisor
+  const int control_fd;         // its word to us: 'g' (start CMD), 'x' (exit), end of file (gone)
+  const pid_t self = ::getpid();
+  unique_fd signals;            // signalfd of SIGCHLD and SIGTERM (our death signal)
+  pid_t command = 0;
+  bool in_cgroup = false;       // CMD runs in the job's cgroup
+  bool command_done = false;    // CMD has ended (or never started)
+  int command_status = 0;       // its wait status
+};
+
+// Names the process, makes it a subreaper in a process group of its own, and takes its signals
+// through signalfd. Exits when the supervisor is gone already.
+void become_anchor(anchor_state& a) {
+  static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    send_message(a.message_fd, msg_exec_failed, errno);
+    ::_exit(1);
+  }
+  static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes watch_supervisor; the pipe decides
+  if (::getppid() != a.supervisor) { ::_exit(1); }
+  static_cast<void>(::setpgid(0, 0));  // out of the supervisor's group: a kill of that job spares it
+  // SIGTERM is our death signal: blocked, so that it is queued even when it was ignored.
+  sigset_t wake;
+  sigemptyset(&wake);
+  sigaddset(&wake, SIGCHLD);
+  sigaddset(&wake, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &wake, nullptr);
+  a.signals = make_signal_fd(wake);
+}
+
+// --require-clean: the supervisor measures the GPU before the job starts, then says go.
+void wait_for_go(const anchor_state& a) {
+  if (!a.config.require_clean) { return; }
+  char go = 0;
+  ssize_t got = 0;
+  do { got = ::read(a.control_fd, &go, 1); } while (got < 0 && errno == EINTR);
+  if (got != 1 || go != 'g') { ::_exit(1); }
+}
+
+// Forks CMD and tells the supervisor how its start went: CMD's reports through a close-on-exec
+// pipe until exec closes it (a failed move into the cgroup, a failed exec).
+void start_command(anchor_state& a, const exec_plan& plan) {
+  unique_fd report_read;
+  unique_fd report_write;
+  make_pipe(report_read, report_write);
+  a.command = ::fork();
+  if (a.command < 0) {
+    send_message(a.message_fd, msg_exec_failed, errno);
+    ::_exit(1);
+  }
+  if (a.command == 0) { exec_command(plan, a.self, report_write.get()); }
+  static_cast<void>(::setpgid(a.command, a.command));  // also from here: no window without the group
+  report_write.reset();
+  exec_report report{0, 0};
+  a.in_cgroup = a.cgroup.active();
+  for (;;) {
+    ssize_t n = 0;
+    do { n = ::read(report_read.get(), &report, sizeof report); } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof report) || report.stage != report_cgroup) { break; }
+    a.in_cgroup = false;
+    send_message(a.message_fd, msg_cgroup_failed, report.error);
+    report = exec_report{0, 0};
+  }
+  if (report.stage == report_exec) {
+    while (::waitpid(a.command, nullptr, 0) < 0 && errno == EINTR) {}
+    send_message(a.message_fd, msg_exec_failed, report.error);
+    a.command_done = true;
+  } else {
+    send_message(a.message_fd, msg_started, a.command);
+  }
+}
+
+// Collects every child that has ended, and tells the supervisor when CMD stops or ends.
+void reap(anchor_state& a) {
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
+    if (pid != a.command || a.command_done) { continue; }
+    if (WIFSTOPPED(status)) {
+      send_message(a.message_fd, msg_stopped, WSTOPSIG(status));
+    } else {
+      a.command_done = true;
+      a.command_status = status;
+      send_message(a.message_fd, msg_ended, status);
+    }
+  }
+}
+
+// Reaps until the supervisor says everything is ended (then exits 0), or is gone: returns then.
+void watch_supervisor(anchor_state& a) {
+  for (;;) {
+    pollfd fds[2] = {{a.signals.get(), POLLIN, 0}, {a.control_fd, POLLIN, 0}};
+    if (::poll(fds, 2, 1000) < 0 && errno != EINTR) { return; }
+    if ((fds[0].revents & POLLIN) != 0) {
+      drain_signals(a.signals.get(), [](int) {});
+      reap(a);
+    }
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      char byte = 0;
+      const ssize_t got = ::read(a.control_fd, &byte, 1);
+      if (got == 1 && byte == 'x') {  // the supervisor has ended everything: done
+        reap(a);
+        ::_exit(0);
+      }
+      if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) { return; }
+    }
+    if (::getppid() != a.supervisor) { return; }
+  }
+}
+
+// The supervisor is gone (killed, even by SIGKILL): ends everything below us the supervisor's way,
+// says so on stderr, and exits with CMD's status.
+[[noreturn]] void end_orphaned_job(anchor_state& a) {
+  const std::string& name = a.config.command.front();
+  const std::string short_name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0
+  write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(a.supervisor) +
+               ") is gone: ending the processes of " + short_name + "\n");
+  teardown_params params;
+  params.root = a.self;
+  params.job_group = a.command;
+  params.grace_ms = a.config.grace_ms;
+  params.signal_fd = a.signals.get();
+  params.signals_cut_short = false;  // our own death signal must not skip the grace period
+  params.cgroup = a.in_cgroup ? &a.cgroup : nullptr;
+  const teardown_result result = end_leftovers(params, [&a] { reap(a); });
+  static_cast<void>(a.cgroup.remove(1000));
+  std::size_t killed = 0;
+  std::size_t survived = 0;
+  for (const leftover& l : result.leftovers) {
+    killed += l.sent_sigkill ? 1 : 0;
+    survived += l.ended ? 0 : 1;
+  }
+  write_stderr("[gpuguard run] ended " + std::to_string(result.leftovers.size()) + " processes of " +
+               short_name + " (" + std::to_string(killed) + " needed SIGKILL" +
+               (survived > 0 ? ", " + std::to_string(survived) + " could not be ended" : std::string()) + ")\n");
+  ::_exit(a.command_done ? shell_status(a.command_status) : 1);
+}
+
 [[noreturn]] void anchor_main(const run_config& config, const exec_plan& plan, const job_cgroup& cgroup,
                               pid_t supervisor, int message_fd, int control_fd) noexcept {
   try {
-    static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
-    if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { send_message(message_fd, msg_exec_failed, errno); ::_exit(1); }
-    static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes the loop below; the pipe decides
-    if (::getppid() != supervisor) { ::_exit(1); }            // the supervisor is gone already
-    static_cast<void>(::setpgid(0, 0));  // out of the supervisor's group: a kill of that job spares it
-    // SIGTERM is our death signal: blocked, so that it is queued even when it was ignored.
-    sigset_t wake;
-    sigemptyset(&wake);
-    sigaddset(&wake, SIGCHLD);
-    sigaddset(&wake, SIGTERM);
-    ::sigprocmask(SIG_BLOCK, &wake, nullptr);
-    const unique_fd signals = make_signal_fd(wake);
-    unique_fd report_read;
-    unique_fd report_write;
-    make_pipe(report_read, report_write);
-    if (config.require_clean) {
-      // The supervisor measures the GPU before the job starts (--require-clean), then says go.
-      char go = 0;
-      ssize_t got = 0;
-      do { got = ::read(control_fd, &go, 1); } while (got < 0 && errno == EINTR);
-      if (got != 1 || go != 'g') { ::_exit(1); }
-    }
-    const pid_t anchor = ::getpid();
-    const pid_t command = ::fork();
-    if (command < 0) {
-      send_message(message_fd, msg_exec_failed, errno);
-      ::_exit(1);
-    }
-    if (command == 0) { exec_command(plan, anchor, report_write.get()); }
-    static_cast<void>(::setpgid(command, command));  // also from here: no window without the group
-    report_write.reset();
-    // CMD's reports until exec closes the pipe: a failed move into the cgroup, a failed exec.
-    exec_report report{0, 0};
-    bool in_cgroup = cgroup.active();
-    for (;;) {
-      ssize_t n = 0;
-      do { n = ::read(report_read.get(), &report, sizeof report); } while (n < 0 && errno == EINTR);
-      if (n != static_cast<ssize_t>(sizeof report) || report.stage != report_cgroup) { break; }
-      in_cgroup = false;
-      send_message(message_fd, msg_cgroup_failed, report.error);
-      report = exec_report{0, 0};
-    }
-    bool command_done = false;
-    int command_status = 0;
-    if (report.stage == report_exec) {
-      while (::waitpid(command, nullptr, 0) < 0 && errno == EINTR) {}
-      send_message(message_fd, msg_exec_failed, report.error);
-      command_done = true;
-    } else {
-      send_message(message_fd, msg_started, command);
-    }
-    const auto reap = [&] {
-      int status = 0;
-      pid_t pid = 0;
-      while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
-        if (pid != command || command_done) { continue; }
-        if (WIFSTOPPED(status)) {
-          send_message(message_fd, msg_stopped, WSTOPSIG(status));
-        } else {
-          command_done = true;
-          command_status = status;
-          send_message(message_fd, msg_ended, status);
-        }
-      }
-    };
-    bool orphaned = false;
-    while (!orphaned) {
-      pollfd fds[2] = {{signals.get(), POLLIN, 0}, {control_fd, POLLIN, 0}};
-      if (::poll(fds, 2, 1000) < 0 && errno != EINTR) { break; }
-      if ((fds[0].revents & POLLIN) != 0) {
-        drain_signals(signals.get(), [](int) {});
-        reap();
-      }
-      if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        char byte = 0;
-        const ssize_t got = ::read(control_fd, &byte, 1);
-        if (got == 1 && byte == 'x') {  // the supervisor has ended everything: done
-          reap();
-          ::_exit(0);
-        }
-        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) { orphaned = true; }
-      }
-      if (::getppid() != supervisor) { orphaned = true; }
-    }
-    // The supervisor is gone (killed, even by SIGKILL): end everything below us ourselves.
-    const std::string& name = config.command.front();
-    const std::string short_name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0
-    write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(supervisor) +
-                 ") is gone: ending the processes of " + short_name + "\n");
-    teardown_params params;
-    params.root = anchor;
-    params.job_group = command;
-    params.grace_ms = config.grace_ms;
-    params.signal_fd = signals.get();
-    params.signals_cut_short = false;  // our own death signal must not skip the grace period
-    params.cgroup = in_cgroup ? &cgroup : nullptr;
-    const teardown_result result = end_leftovers(params, reap, {});
-    static_cast<void>(cgroup.remove(1000));
-    std::size_t killed = 0;
-    std::size_t survived = 0;
-    for (const leftover& l : result.leftovers) {
-      killed += l.sent_sigkill ? 1 : 0;
-      survived += l.ended ? 0 : 1;
-    }
-    write_stderr("[gpuguard run] ended " + std::to_string(result.leftovers.size()) + " processes of " +
-                 short_name + " (" + std::to_string(killed) + " needed SIGKILL" +
-                 (survived > 0 ? ", " + std::to_string(survived) + " could not be ended" : std::string()) + ")\n");
-    ::_exit(command_done ? shell_status(command_status) : 1);
+    anchor_state a(config, cgroup, supervisor, message_fd, control_fd);
+    become_anchor(a);
+    wait_for_go(a);
+    start_command(a, plan);
+    watch_supervisor(a);  // returns only when the supervisor is gone
+    end_orphaned_job(a);
   } catch (...) {
     ::_exit(1);
   }
 }
 
-}  // namespace
+// ---- the supervisor's steps: supervise(), at the end, is their outline -------------------------
 
-std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) { return std::string("SIG") + abbrev; }
-  return "SIG" + std::to_string(signal);
-}
+// What the supervisor's steps share, from the spawn to the outcome. Built once in supervise() and
+// never moved: plan.argv and plan.envp point into `argv` and `envp`.
+struct supervisor_state {
+  supervisor_state(const run_config& c, run_outcome& o) : config(c), out(o) {}
 
-run_outcome supervise(const run_config& config) {
-  run_outcome out;
-  out.supervisor_pid = ::getpid();
-  out.start_unix_ns = unix_now_ns();
+  const run_config& config;
+  run_outcome& out;
   const steady::time_point start = steady::now();
+  bool tty = false;                  // stdin is a terminal
+  exec_plan plan;                    // CMD's side, prepared before any fork
+  std::vector<std::string> argv;     // the strings plan.argv and plan.envp point into
+  std::vector<std::string> envp;
+  job_cgroup cgroup;                 // the boundary, where cgroup v2 is writable
+  bool joined_cgroup = false;        // CMD runs in `cgroup`
+  unique_fd signals;                 // signalfd of handled_signals()
+  unique_fd messages;                // the anchor's messages (read end)
+  unique_fd control;                 // our word to the anchor (write end)
+  pid_t anchor = 0;
+  bool anchor_alive = false;
+  int anchor_status = 0;             // its wait status, once reaped
+  pid_t command = 0;                 // CMD, once started
+  bool status_known = false;         // command_status holds CMD's wait status
+  int command_status = 0;
+  util::nvml_library nvml;           // --require-clean: one session for the whole run
+  std::string nvml_note;
+  std::vector<nvml_device> before;   // --require-clean: the devices before CMD started
+};
 
-  // Block what we act on before anything can arrive; signalfd delivers it to the loop. SIGTTOU is
-  // blocked too (not read): it lets us and CMD's side move the terminal's foreground group.
-  exec_plan plan;
+// Signals reach the supervisor only through signalfd: what it acts on is blocked before anything
+// can arrive. SIGTTOU is blocked too (not read): it lets us and CMD's side move the terminal's
+// foreground group. A closed stderr or report pipe must not kill the supervisor; an inherited
+// SIG_IGN for SIGCHLD would make the kernel reap our children before we learn their status. CMD
+// gets the mask and both dispositions back (exec_command). Orphans of the job come back to us.
+void become_subreaper(supervisor_state& s) {
   const sigset_t handled = handled_signals();
   sigset_t blocked = handled;
   sigaddset(&blocked, SIGTTOU);
-  if (::sigprocmask(SIG_BLOCK, &blocked, &plan.original_mask) != 0) { throw_errno("sigprocmask"); }
-  unique_fd signals = make_signal_fd(handled);
-  // A closed stderr or report pipe must not kill the supervisor; an inherited SIG_IGN for SIGCHLD
-  // would make the kernel reap our children before we learn their status. CMD gets both back.
+  if (::sigprocmask(SIG_BLOCK, &blocked, &s.plan.original_mask) != 0) { throw_errno("sigprocmask"); }
+  s.signals = make_signal_fd(handled);
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
-  ::sigaction(SIGPIPE, &ignore, &plan.original_sigpipe);
+  ::sigaction(SIGPIPE, &ignore, &s.plan.original_sigpipe);
   struct sigaction by_default {};
   by_default.sa_handler = SIG_DFL;
   sigemptyset(&by_default.sa_mask);
-  ::sigaction(SIGCHLD, &by_default, &plan.original_sigchld);
+  ::sigaction(SIGCHLD, &by_default, &s.plan.original_sigchld);
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { throw_errno("prctl(PR_SET_CHILD_SUBREAPER)"); }
+}
 
-  const bool tty = ::isatty(STDIN_FILENO) == 1;
-  plan.hand_tty = tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
-  std::vector<std::string> argv_storage = config.command;
-  std::vector<std::string> env_storage = config.environment;
-  for (std::string& a : argv_storage) { plan.argv.push_back(a.data()); }
-  plan.argv.push_back(nullptr);
-  for (std::string& e : env_storage) { plan.envp.push_back(e.data()); }
-  plan.envp.push_back(nullptr);
+// CMD's argv and environment, and whether it gets the terminal's foreground.
+void prepare_command(supervisor_state& s) {
+  s.tty = ::isatty(STDIN_FILENO) == 1;
+  s.plan.hand_tty = s.tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  s.argv = s.config.command;
+  s.envp = s.config.environment;
+  for (std::string& a : s.argv) { s.plan.argv.push_back(a.data()); }
+  s.plan.argv.push_back(nullptr);
+  for (std::string& e : s.envp) { s.plan.envp.push_back(e.data()); }
+  s.plan.envp.push_back(nullptr);
+}
 
-  // The boundary: the job's own cgroup where cgroup v2 is writable, else the subreaper path alone.
-  job_cgroup cgroup;
-  if (config.use_cgroup) {
-    cgroup = job_cgroup::create(out.supervisor_pid);
-    out.boundary_note = cgroup.why_not();
+// The boundary: the job's own cgroup where cgroup v2 is writable, else the subreaper path alone.
+void isolate(supervisor_state& s) {
+  if (s.config.use_cgroup) {
+    s.cgroup = job_cgroup::create(s.out.supervisor_pid);
+    s.out.boundary_note = s.cgroup.why_not();
   } else {
-    out.boundary_note = "--no-cgroup was given";
+    s.out.boundary_note = "--no-cgroup was given";
   }
-  plan.cgroup_procs_fd = cgroup.procs_fd();
+  s.plan.cgroup_procs_fd = s.cgroup.procs_fd();
+}
 
-  unique_fd message_read;
+// Forks the anchor, which starts CMD (anchor_main never returns).
+void spawn_anchor(supervisor_state& s) {
   unique_fd message_write;
   unique_fd control_read;
-  unique_fd control_write;
-  make_pipe(message_read, message_write);
-  make_pipe(control_read, control_write);
+  make_pipe(s.messages, message_write);
+  make_pipe(control_read, s.control);
   // The supervisor has one thread (NVML, which may start threads, is loaded only after this), so
   // the anchor may use the heap and stdio after fork like any process.
   std::fflush(nullptr);
   const pid_t anchor = ::fork();
   if (anchor < 0) { throw_errno("fork"); }
   if (anchor == 0) {
-    message_read.reset();
-    control_write.reset();
-    signals.reset();
-    anchor_main(config, plan, cgroup, out.supervisor_pid, message_write.get(), control_read.get());
+    s.messages.reset();
+    s.control.reset();
+    s.signals.reset();
+    anchor_main(s.config, s.plan, s.cgroup, s.out.supervisor_pid, message_write.get(), control_read.get());
   }
-  out.anchor_pid = anchor;
-  message_write.reset();
-  control_read.reset();
+  s.anchor = anchor;
+  s.anchor_alive = true;
+  s.out.anchor_pid = anchor;
+}
 
-  // --require-clean: the GPU's memory before CMD starts (NVML is loaded only now, after the fork:
-  // it may start threads), then the anchor may start CMD. The session stays open to the end.
-  nvml_session nvml;
-  std::string nvml_note;
-  std::vector<nvml_device> before;
-  if (config.require_clean) {
-    nvml = open_nvml_for_run(&nvml_note);
-    if (nvml.available()) { before = sample_for_run(nvml, &nvml_note); }
-    ssize_t sent = 0;
-    do { sent = ::write(control_write.get(), "g", 1); } while (sent < 0 && errno == EINTR);
+// --require-clean: the GPU's memory before CMD starts (NVML is loaded only now, after the fork: it
+// may start threads), then the anchor may start CMD. The session stays open to the end.
+void measure_gpu_before(supervisor_state& s) {
+  if (!s.config.require_clean) { return; }
+  s.nvml = open_nvml_for_run(&s.nvml_note);
+  if (s.nvml.available()) { s.before = sample_for_run(s.nvml, &s.nvml_note); }
+  ssize_t sent = 0;
+  do { sent = ::write(s.control.get(), "g", 1); } while (sent < 0 && errno == EINTR);
+}
+
+// Collects every child that has ended: the anchor, and CMD when it was reparented to us (the
+// anchor died); other orphans of the job only need reaping.
+void reap(supervisor_state& s) {
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (pid == s.anchor) {
+      s.anchor_alive = false;
+      s.anchor_status = status;
+    } else if (pid == s.command && s.command > 0 && !s.status_known) {
+      s.status_known = true;
+      s.command_status = status;
+    }
   }
+}
 
-  bool anchor_alive = true;
-  int anchor_status = 0;
-  pid_t command = 0;
-  bool status_known = false;
-  int command_status = 0;
-  const auto reap = [&] {
-    int status = 0;
-    pid_t pid = 0;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-      if (pid == anchor) {
-        anchor_alive = false;
-        anchor_status = status;
-      } else if (pid == command && command > 0 && !status_known) {  // reparented to us: the anchor died
-        status_known = true;
-        command_status = status;
-      }
+// Waits for the anchor to end.
+void reap_anchor(supervisor_state& s) {
+  int status = 0;
+  while (s.anchor_alive) {
+    const pid_t got = ::waitpid(s.anchor, &status, 0);
+    if (got == s.anchor) {
+      s.anchor_alive = false;
+      s.anchor_status = status;
+    } else if (errno != EINTR) {
+      s.anchor_alive = false;
     }
-  };
-  const auto reap_anchor_blocking = [&] {
-    int status = 0;
-    while (anchor_alive) {
-      const pid_t got = ::waitpid(anchor, &status, 0);
-      if (got == anchor) {
-        anchor_alive = false;
-        anchor_status = status;
-      } else if (errno != EINTR) {
-        anchor_alive = false;
-      }
-    }
-  };
+  }
+}
 
-  // The first message: CMD started, or could not be (after a failed move into the cgroup, if any).
-  message first{0, 0};
+// One whole message of the anchor; false when it is gone (end of file) or the read failed.
+bool read_message(int fd, message& m) {
   ssize_t n = 0;
-  bool joined_cgroup = cgroup.active();
-  for (;;) {
-    do { n = ::read(message_read.get(), &first, sizeof first); } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(sizeof first) || first.kind != msg_cgroup_failed) { break; }
-    joined_cgroup = false;
-    out.boundary_note = "CMD could not join " + cgroup.name() + ": " + std::strerror(first.value);
-  }
-  if (joined_cgroup) {
-    out.cgroup = cgroup.name();
-  } else if (cgroup.active()) {
-    static_cast<void>(cgroup.remove(0));
-  }
-  if (n == static_cast<ssize_t>(sizeof first) && first.kind == msg_exec_failed) {
-    out.how = run_outcome::end::not_started;
-    out.exec_error = first.value;
-    out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
-    static_cast<void>(tell_anchor_to_exit(control_write.get()));
-    control_write.reset();
-    reap_anchor_blocking();
-    if (joined_cgroup) { static_cast<void>(cgroup.remove(1000)); }
-    out.duration_ns = elapsed_ns(start);
-    return out;
-  }
-  bool ended = false;
-  if (n == static_cast<ssize_t>(sizeof first) && first.kind == msg_started) {
-    command = first.value;
-    out.command_pid = command;
-  } else {
-    reap_anchor_blocking();
-    out.notes.push_back("the anchor process ended before CMD started (status " + std::to_string(anchor_status) + ")");
-    ended = true;
-  }
+  do { n = ::read(fd, &m, sizeof m); } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof m);
+}
 
-  const auto forward = [&](int signal) {
-    if (signal == SIGCONT && tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp()) {
-      // We were brought back to the foreground: so is the job.
-      static_cast<void>(::tcsetpgrp(STDIN_FILENO, command));
-    }
-    if (::kill(-command, signal) != 0 && errno == ESRCH) { static_cast<void>(::kill(command, signal)); }
-    ++out.forwarded[static_cast<std::size_t>(signal)];
-  };
-  const auto relay_stop = [&](int signal) {
-    // CMD's group was stopped by a job-control signal (Ctrl-Z, reading the terminal in the
-    // background, or its own kill -TSTP). Where that means something (job_control_stop_works),
-    // stop our job too, as a shell's job would stop: the shell sees it stopped and takes the
-    // terminal back, and when it continues us the SIGCONT goes on to CMD (forward, above).
-    // Anywhere else (a script, a CI step: no terminal, or nobody who could continue the job)
-    // stopping our process group would stop our caller's processes, and CMD would wait for ever:
-    // CMD is continued instead, as the kernel discards these signals for such a job.
-    if (signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) { return; }
-    if (tty && job_control_stop_works()) {
-      if (::tcgetpgrp(STDIN_FILENO) == command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
-      static_cast<void>(::kill(0, signal));
-      return;
-    }
-    write_stderr(std::string("[gpuguard run] CMD was stopped by ") + signal_name(signal) +
-                 ", but no terminal job control can resume it: continuing it\n");
-    if (::kill(-command, SIGCONT) != 0 && errno == ESRCH) { static_cast<void>(::kill(command, SIGCONT)); }
-  };
+// How the job started, by the anchor's first word.
+enum class job_start { started, not_started, anchor_gone };
 
-  while (!ended) {
-    pollfd fds[2] = {{signals.get(), POLLIN, 0}, {message_read.get(), POLLIN, 0}};
+// The anchor's first word: CMD started, or could not be (after a failed move into the cgroup, if
+// any). When CMD could not be started, the outcome is complete on return.
+job_start await_start(supervisor_state& s) {
+  message first{0, 0};
+  bool got = false;
+  s.joined_cgroup = s.cgroup.active();
+  while ((got = read_message(s.messages.get(), first)) && first.kind == msg_cgroup_failed) {
+    s.joined_cgroup = false;
+    s.out.boundary_note = "CMD could not join " + s.cgroup.name() + ": " + std::strerror(first.value);
+  }
+  if (s.joined_cgroup) {
+    s.out.cgroup = s.cgroup.name();
+  } else if (s.cgroup.active()) {
+    static_cast<void>(s.cgroup.remove(0));
+  }
+  if (got && first.kind == msg_exec_failed) {
+    s.out.how = run_outcome::end::not_started;
+    s.out.exec_error = first.value;
+    s.out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    static_cast<void>(tell_anchor_to_exit(s.control.get()));
+    s.control.reset();
+    reap_anchor(s);
+    if (s.joined_cgroup) { static_cast<void>(s.cgroup.remove(1000)); }
+    s.out.duration_ns = elapsed_ns(s.start);
+    return job_start::not_started;
+  }
+  if (got && first.kind == msg_started) {
+    s.command = first.value;
+    s.out.command_pid = s.command;
+    return job_start::started;
+  }
+  reap_anchor(s);
+  s.out.notes.push_back("the anchor process ended before CMD started (status " + std::to_string(s.anchor_status) + ")");
+  return job_start::anchor_gone;
+}
+
+// A signal to the supervisor goes on to CMD's process group (to CMD alone if the group is gone).
+void forward(supervisor_state& s, int signal) {
+  if (signal == SIGCONT && s.tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp()) {
+    // We were brought back to the foreground: so is the job.
+    static_cast<void>(::tcsetpgrp(STDIN_FILENO, s.command));
+  }
+  if (::kill(-s.command, signal) != 0 && errno == ESRCH) { static_cast<void>(::kill(s.command, signal)); }
+  ++s.out.forwarded[static_cast<std::size_t>(signal)];
+}
+
+// CMD's group was stopped by a job-control signal (Ctrl-Z, reading the terminal in the background,
+// or its own kill -TSTP). Where that means something (job_control_stop_works), stop our job too,
+// as a shell's job would stop: the shell sees it stopped and takes the terminal back, and when it
+// continues us the SIGCONT goes on to CMD (forward). Anywhere else (a script, a CI step: no
+// terminal, or nobody who could continue the job) stopping our process group would stop our
+// caller's processes, and CMD would wait for ever: CMD is continued instead, as the kernel discards
+// these signals for such a job.
+void relay_stop(const supervisor_state& s, int signal) {
+  if (signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) { return; }
+  if (s.tty && job_control_stop_works()) {
+    if (::tcgetpgrp(STDIN_FILENO) == s.command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
+    static_cast<void>(::kill(0, signal));
+    return;
+  }
+  write_stderr(std::string("[gpuguard run] CMD was stopped by ") + detail::signal_text(signal) +
+               ", but no terminal job control can resume it: continuing it\n");
+  if (::kill(-s.command, SIGCONT) != 0 && errno == ESRCH) { static_cast<void>(::kill(s.command, SIGCONT)); }
+}
+
+// One message of the anchor while CMD runs. True when CMD has ended, or the anchor is gone (CMD
+// died with it: its death signal, or is dying).
+bool take_message(supervisor_state& s) {
+  message m{0, 0};
+  if (!read_message(s.messages.get(), m)) {
+    reap_anchor(s);
+    s.out.notes.push_back("the anchor process (pid " + std::to_string(s.anchor) + ") was ended by " +
+                          (WIFSIGNALED(s.anchor_status) ? detail::signal_text(WTERMSIG(s.anchor_status))
+                                                        : "exit status " + std::to_string(shell_status(s.anchor_status))) +
+                          " while CMD ran; CMD got its death signal (SIGKILL)");
+    return true;
+  }
+  if (m.kind == msg_ended) {
+    s.status_known = true;
+    s.command_status = m.value;
+    return true;
+  }
+  if (m.kind == msg_stopped) { relay_stop(s, m.value); }
+  return false;
+}
+
+// While CMD runs: forward signals to its group, reap, and relay stops, until it ends. Then takes
+// the terminal back, so that a second Ctrl-C during the grace period reaches us.
+void forward_until_command_ends(supervisor_state& s) {
+  for (bool ended = false; !ended;) {
+    pollfd fds[2] = {{s.signals.get(), POLLIN, 0}, {s.messages.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) { continue; }
       throw_errno("poll");
     }
     if ((fds[0].revents & POLLIN) != 0) {
-      drain_signals(signals.get(), [&](int signal) {
-        if (signal != SIGCHLD) { forward(signal); }
+      drain_signals(s.signals.get(), [&s](int signal) {
+        if (signal != SIGCHLD) { forward(s, signal); }
       });
-      reap();
+      reap(s);
     }
-    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      message m{0, 0};
-      do { n = ::read(message_read.get(), &m, sizeof m); } while (n < 0 && errno == EINTR);
-      if (n == static_cast<ssize_t>(sizeof m)) {
-        if (m.kind == msg_ended) {
-          status_known = true;
-          command_status = m.value;
-          ended = true;
-        } else if (m.kind == msg_stopped) {
-          relay_stop(m.value);
-        }
-      } else {  // the anchor is gone: CMD died with it (its death signal), or is dying
-        reap_anchor_blocking();
-        out.notes.push_back("the anchor process (pid " + std::to_string(anchor) + ") was ended by " +
-                            (WIFSIGNALED(anchor_status) ? signal_name(WTERMSIG(anchor_status))
-                                                        : "exit status " + std::to_string(shell_status(anchor_status))) +
-                            " while CMD ran; CMD got its death signal (SIGKILL)");
-        ended = true;
-      }
-    }
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) { ended = take_message(s); }
   }
-  out.duration_ns = elapsed_ns(start);
-  if (tty && command > 0 && ::tcgetpgrp(STDIN_FILENO) == command) {
-    // Take the terminal back: a second Ctrl-C during the grace period then reaches us.
+}
+
+// Where CMD ended: its duration, and the terminal back from its group.
+void note_command_end(supervisor_state& s) {
+  s.out.duration_ns = elapsed_ns(s.start);
+  if (s.tty && s.command > 0 && ::tcgetpgrp(STDIN_FILENO) == s.command) {
     static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp()));
   }
+}
 
-  // End what CMD left behind, looking first at who holds a device.
+// Ends what CMD left behind, looking first at who holds a device; then looks again at any process
+// that could not be ended, and, with --require-clean, waits for the GPU to be clean.
+void end_job(supervisor_state& s) {
   teardown_params params;
-  params.root = out.supervisor_pid;
-  params.spare = anchor_alive ? anchor : 0;
-  params.job_group = command;
-  params.grace_ms = config.grace_ms;
-  params.signal_fd = signals.get();
-  params.cgroup = joined_cgroup ? &cgroup : nullptr;
-  out.teardown = end_leftovers(params, reap, [&](const std::vector<proc_stat>& left) {
-    out.at_end = check_devices(left, config.device_prefix, config.require_clean ? &nvml : nullptr);
-  });
+  params.root = s.out.supervisor_pid;
+  params.spare = s.anchor_alive ? s.anchor : 0;
+  params.job_group = s.command;
+  params.grace_ms = s.config.grace_ms;
+  params.signal_fd = s.signals.get();
+  params.cgroup = s.joined_cgroup ? &s.cgroup : nullptr;
+  const util::nvml_library* nvml = s.config.require_clean ? &s.nvml : nullptr;
+  reap(s);
+  s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
+  s.out.teardown = end_leftovers(params, [&s] { reap(s); });
   std::vector<proc_stat> survivors;
-  for (const leftover& l : out.teardown.leftovers) {
+  for (const leftover& l : s.out.teardown.leftovers) {
     if (l.ended) { continue; }
     if (auto now = read_stat("/proc", l.process.pid); now && now->start_time == l.process.start_time) {
       survivors.push_back(*now);
     }
   }
-  if (!survivors.empty()) {
-    out.after_teardown = check_devices(survivors, config.device_prefix, config.require_clean ? &nvml : nullptr);
-  }
-  if (config.require_clean && out.how != run_outcome::end::not_started) {
+  if (!survivors.empty()) { s.out.after_teardown = check_devices(survivors, s.config.device_prefix, nvml); }
+  if (s.config.require_clean) {
     std::vector<int> job_pids;
-    if (command > 0) { job_pids.push_back(command); }
-    for (const leftover& l : out.teardown.leftovers) { job_pids.push_back(l.process.pid); }
-    out.clean = check_clean(config, nvml, nvml_note, before, job_pids, [&params] { return job_processes(params); });
+    if (s.command > 0) { job_pids.push_back(s.command); }
+    for (const leftover& l : s.out.teardown.leftovers) { job_pids.push_back(l.process.pid); }
+    s.out.clean = check_clean(s.config, s.nvml, s.nvml_note, s.before, job_pids, params);
   }
+}
 
-  // Let the anchor go, and collect it.
-  if (anchor_alive) {
-    static_cast<void>(tell_anchor_to_exit(control_write.get()));
-    control_write.reset();
+// Lets the anchor go (SIGKILL after 2 s), collects it and every other child, removes the cgroup.
+void release_anchor(supervisor_state& s) {
+  if (s.anchor_alive) {
+    static_cast<void>(tell_anchor_to_exit(s.control.get()));
+    s.control.reset();
     const steady::time_point deadline = steady::now() + std::chrono::seconds(2);
-    while (anchor_alive && steady::now() < deadline) {
-      if (wait_readable(signals.get(), 20)) { drain_signals(signals.get(), [](int) {}); }
-      reap();
+    while (s.anchor_alive && steady::now() < deadline) {
+      if (wait_readable(s.signals.get(), 20)) { drain_signals(s.signals.get(), [](int) {}); }
+      reap(s);
     }
-    if (anchor_alive) {
-      static_cast<void>(::kill(anchor, SIGKILL));
-      reap_anchor_blocking();
+    if (s.anchor_alive) {
+      static_cast<void>(::kill(s.anchor, SIGKILL));
+      reap_anchor(s);
     }
   }
-  reap();
-  if (joined_cgroup && !cgroup.remove(1000)) {
-    out.notes.push_back("the job's cgroup " + cgroup.name() + " could not be removed: " + std::strerror(errno));
+  reap(s);
+  if (s.joined_cgroup && !s.cgroup.remove(1000)) {
+    s.out.notes.push_back("the job's cgroup " + s.cgroup.name() + " could not be removed: " + std::strerror(errno));
   }
+}
 
-  if (status_known) {
-    if (WIFEXITED(command_status)) {
+// How CMD ended, and what `gpuguard run` exits with.
+void record_status(supervisor_state& s) {
+  run_outcome& out = s.out;
+  if (s.status_known) {
+    if (WIFEXITED(s.command_status)) {
       out.how = run_outcome::end::exited;
-      out.code = WEXITSTATUS(command_status);
-    } else if (WIFSIGNALED(command_status)) {
+      out.code = WEXITSTATUS(s.command_status);
+    } else if (WIFSIGNALED(s.command_status)) {
       out.how = run_outcome::end::signaled;
-      out.code = WTERMSIG(command_status);
+      out.code = WTERMSIG(s.command_status);
     }
-    out.exit_status = shell_status(command_status);
+    out.exit_status = shell_status(s.command_status);
   } else {
     out.how = run_outcome::end::unknown;
     out.exit_status = 1;
   }
   if (out.clean.required && !out.clean.clean) { out.exit_status = exit_not_clean; }
+}
+
+}  // namespace
+
+run_outcome supervise(const run_config& config) {
+  run_outcome out;
+  out.supervisor_pid = ::getpid();
+  out.start_unix_ns = unix_now_ns();
+  supervisor_state s(config, out);
+  become_subreaper(s);  // signals through signalfd; orphans of the job come back to us
+  prepare_command(s);
+  isolate(s);
+  spawn_anchor(s);  // the anchor starts CMD
+  measure_gpu_before(s);
+  const job_start started = await_start(s);
+  if (started == job_start::not_started) { return out; }
+  if (started == job_start::started) { forward_until_command_ends(s); }
+  note_command_end(s);
+  end_job(s);
+  release_anchor(s);
+  record_status(s);
   return out;
 }
 

@@ -122,7 +122,4 @@ struct run_outcome {
 /// fork); CMD that cannot be executed is an outcome (`end::not_started`), not an exception.
 run_outcome supervise(const run_config& config);
 
-/// "SIGTERM" for SIGTERM; "SIG42" for a number without a name.
-std::string signal_name(int signal);
-
 }  // namespace gpuguard::cli

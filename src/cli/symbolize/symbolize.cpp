@@ -26,17 +26,15 @@ namespace gpuguard::cli {
 
 namespace {
 
-constexpr const char* usage_line = "usage: gpuguard symbolize CRASH_FILE [--addr2line PATH]";
-
-constexpr const char* description =
+constexpr command_help help_text{
+    "usage: gpuguard symbolize CRASH_FILE [--addr2line PATH]",
+    // what it does
     "Resolves the frames of a gpuguard crash record (crash_file=..., schema gpuguard.crash) to\n"
     "functions and source lines, using the executable mappings the record carries and addr2line\n"
-    "(binutils). Run it on the machine that crashed, before the binaries change.";
-
-constexpr const char* footer =
-    "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n";
-
-constexpr usage_words words{"symbolize", true, true};
+    "(binutils). Run it on the machine that crashed, before the binaries change.",
+    // after the options
+    "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n",
+    {"symbolize", true, true}};
 
 using detail::parse_hex;
 
@@ -217,15 +215,13 @@ std::string format_crash_record(const crash_record& record) {
 int symbolize_main(int argc, char** argv) {
   std::string path;
   std::string addr2line = "addr2line";
-  CLI::App app(description, "gpuguard symbolize");
-  app.formatter(std::make_shared<usage_formatter>(usage_line));
-  app.set_help_flag("-h,--help", "this help");
+  CLI::App app;
+  describe_command(app, help_text);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   app.add_option("CRASH_FILE", path, "the crash record (crash_file=... of GPUGUARD_OPTIONS)")->type_name("");
   app.add_option("--addr2line", addr2line, "the addr2line to run (default: addr2line on PATH)")->type_name("PATH");
-  app.footer(footer);
-  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
-  if (path.empty()) { return usage_error(words, std::string("no crash file given (") + usage_line + ")"); }
+  if (const std::optional<int> rc = parse_command_line(app, help_text.words, argc, argv)) { return *rc; }
+  if (path.empty()) { return usage_error(help_text.words, std::string("no crash file given (") + help_text.usage_line + ")"); }
   std::ifstream in(path);
   if (!in) {
     std::fprintf(stderr, "gpuguard symbolize: cannot read '%s': %s\n", path.c_str(), std::strerror(errno));
