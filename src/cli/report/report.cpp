@@ -1,12 +1,13 @@
-// `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line (report_log),
-// renders one self-contained HTML page (report_html) and writes it through a temporary file and a
+// `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line into typed
+// records (report_events) folded into the page's data (report_page_data), renders one
+// self-contained HTML page (report_html) and writes it through a temporary file and a
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
 #include "report/report_html.hpp"
-#include "report/report_log.hpp"
+#include "report/report_page_data.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -215,7 +216,7 @@ int report_main(int argc, char** argv) {
     return 1;
   }
 
-  log_aggregate log;
+  report::page_data log;
   std::size_t number = 0;
   std::size_t reported = 0;
   {
@@ -232,10 +233,14 @@ int report_main(int argc, char** argv) {
           return 3;
         }
       }
-      const std::string problem =
-          too_long ? log.add_skipped_line(number, "line longer than " + detail::format_bytes(max_line_bytes))
-                   : log.add_line(line, number, !terminated);
-      if (!problem.empty() && reported++ < max_stderr_lines) {
+      std::string problem;
+      if (too_long) {
+        problem = "line longer than " + detail::format_bytes(max_line_bytes);
+        log.add_skipped_line(number, problem);
+      } else if (log.add_line(line, number, !terminated, &problem)) {
+        continue;
+      }
+      if (reported++ < max_stderr_lines) {
         std::fprintf(stderr, "gpuguard report: %s:%zu: %s\n", shown_path.c_str(), number, problem.c_str());
       }
     }

@@ -357,6 +357,26 @@ class report_test(unittest.TestCase):
         self.assertEqual(data["skipped"]["lines"][0]["reason"],
                          "start: schema is %s, not \"gpuguard.events\"" % json.dumps(schema))
 
+    def test_a_reason_naming_a_hostile_key_is_one_bounded_line(self):
+        # A key of the log quoted in a reason (the misuse counts are named by the log) is escaped as
+        # in JSON, and a reason is cut at 400 bytes, so stderr gets one short line per skipped line.
+        log = self.path("hostile-keys.jsonl")
+        end = dict(v=1, type="end", t=9, reason="exit", dropped=0, devices=[])
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(json.dumps(dict(v=1, type="start", t=0, schema="gpuguard.events", pid=1, program="p", unix_ns=0)) + "\n")
+            f.write(json.dumps(dict(end, misuse={"double\nfree\x1b[31m": "x"})) + "\n")
+            f.write(json.dumps(dict(end, misuse={"k" * 5000: -1})) + "\n")
+        r, _, data = self.render(log)
+        err = r.stderr.decode().splitlines()
+        self.assertEqual(err[0], 'gpuguard report: %s:2: end: field "misuse.double\\nfree\\u001b[31m" must be a '
+                                 'non-negative integer, not a JSON string' % log)
+        self.assertEqual(len(err), 2, err)
+        reason = data["skipped"]["lines"][1]["reason"]
+        self.assertTrue(reason.startswith('end: field "misuse.kkkk'), reason)
+        self.assertTrue(reason.endswith("..."), reason)
+        self.assertLessEqual(len(reason.encode()), 400)
+        self.assertIsNone(data["end"])
+
     # ---- thinning a long log -------------------------------------------------------------------
 
     def test_long_log_is_thinned_but_keeps_peaks_and_totals(self):
