@@ -124,6 +124,13 @@ class report_test(unittest.TestCase):
         self.assertTrue(data["run"]["has_start"] and data["run"]["has_end"])
         end = [e for e in events if e["type"] == "end"][0]
         self.assertEqual(data["run"]["duration_ns"], end["t"])
+        # The work: from the first to the last moment of a sample, an allocation, a free, a scope or an
+        # alert (the start, sites, leaks and end lines are not work).
+        moments = [m for e in events if e["type"] in ("mem", "alloc", "free", "op", "alert")
+                   for m in (e["t"], e["t"] + e.get("dur", 0))]
+        self.assertEqual(data["run"]["work"], dict(start_ns=min(moments), end_ns=max(moments)))
+        self.assertGreater(min(moments), 0)
+        self.assertLessEqual(max(moments), end["t"])
 
         # Devices: every mem sample is drawn (the log is short), with the right extremes.
         mem = collections.defaultdict(list)
@@ -432,6 +439,16 @@ class report_test(unittest.TestCase):
             self.assertEqual(tl[key], [b[key] for b in bands], key)
         sites = {s["site"]: s["raw_sites"] for s in data["sites"]["sites"]}
         self.assertEqual(sites, {12: [12], 11: [11]})
+
+    def test_the_work_span_leaves_out_a_late_exit(self):
+        log = self.path("late.jsonl")
+        first, last, end = timeline_logs.late_exit_log(log)
+        _, _, data = self.render(log)
+        self.assertEqual(data["run"]["work"], dict(start_ns=first, end_ns=last))
+        self.assertEqual(data["run"]["duration_ns"], end)
+        self.assertEqual(data["end"]["t"], end)
+        _, _, data = self.render(os.path.join(DATA, "start_only.jsonl"))
+        self.assertIsNone(data["run"]["work"], "no work without samples, allocations, scopes or alerts")
 
     def test_memory_timeline_lines_are_checked(self):
         log = self.path("bad-timeline.jsonl")
