@@ -259,8 +259,9 @@
     var text = 'The time axis runs from the first event, ' + fmtDur(work.start_ns) + ' after the start, to the last, at ' +
                fmtDur(work.end_ns) + '.';
     if (ending) {
-      text += ' The process ' + (ending.kind === 'exit' ? 'exited ' : 'crashed ') + fmtDur(ending.after) +
-              ' after that: drawn apart, right of the break in the axis.';
+      text += ' The process ' + (ending.kind === 'exit' ? 'exited' : 'crashed') +
+              (ending.after > 0 ? ' ' + fmtDur(ending.after) + ' after that' : ' with the last event') +
+              ': drawn apart, right of the break in the axis.';
     }
     return el('p', { 'class': 'chart-note', id: 'work-span-note', text: text });
   }
