@@ -1,5 +1,5 @@
-// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report/report_log.cpp
-// and the page it fills, report_html.cpp), for ctest: it starts from logs (tests/fuzz/report_corpus),
+// A seeded mutation fuzzer for the event-log reader of `gpuguard report` (src/cli/report/report_events.cpp,
+// report_page_data.cpp and the page it fills, report_html.cpp), for ctest: it starts from logs (tests/fuzz/report_corpus),
 // mutates lines, fields, numbers and bytes, and reads every mutated log twice, with the default
 // limits and with tiny ones (so that every thinning path runs). On every log it checks what the
 // reader promises: no exception but std::bad_alloc; each skipped line's reason one printable
@@ -13,9 +13,10 @@
 #include "fuzz_driver.hpp"
 #include "json.hpp"
 #include "report/report_html.hpp"
-#include "report/report_log.hpp"
+#include "report/report_page_data.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <optional>
 #include <string>
@@ -77,20 +78,59 @@ std::int64_t integer(const json* v) { return v != nullptr && v->is_number_intege
 
 std::size_t array_size(const json* v) { return v != nullptr && v->is_array() ? v->size() : 0; }
 
+// The page's time axis, run.work, spans everything drawn on it: every series point, the start of
+// every allocation band and alert, and every operation scope from its start to its end.
+std::string check_work_span(const json& d) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> drawn;  // from, to
+  const auto each = [](const json* list, auto f) {
+    for (std::size_t i = 0; i < array_size(list); ++i) { f(list->at(i)); }
+  };
+  const json* devices = at(d, "devices");
+  each(devices, [&](const json& device) {
+    for (const char* name : {"live", "peak", "used"}) {
+      const json* series = at(device, name);
+      if (series == nullptr || series->is_null()) { continue; }
+      each(at(*series, "t"), [&](const json& t) { drawn.emplace_back(integer(&t), integer(&t)); });
+    }
+    const json* timeline = at(device, "timeline");
+    if (timeline != nullptr) { each(at(*timeline, "t"), [&](const json& t) { drawn.emplace_back(integer(&t), integer(&t)); }); }
+  });
+  each(at(d, "alerts"), [&](const json& alert) { drawn.emplace_back(integer(at(alert, "t")), integer(at(alert, "t"))); });
+  each(at(d, "ops"), [&](const json& op) {
+    const std::int64_t t = integer(at(op, "t"));
+    const std::int64_t dur = integer(at(op, "dur"));
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    drawn.emplace_back(t, dur > most - t ? most : t + dur);
+  });
+  const json* run = at(d, "run");
+  const json* work = run != nullptr ? at(*run, "work") : nullptr;
+  if (work == nullptr || work->is_null()) { return drawn.empty() ? "" : "things drawn on the time axis, but no work span"; }
+  const std::int64_t first = integer(at(*work, "start_ns"));
+  const std::int64_t last = integer(at(*work, "end_ns"));
+  if (first < 0 || first > last) { return "the work span is not a span"; }
+  for (const auto& [from, to] : drawn) {
+    if (from < first || to > last) { return "something drawn lies outside the work span (the time axis)"; }
+  }
+  return "";
+}
+
 // What must hold for one reading of `lines` with `limits`.
 std::string check_reading(const std::vector<std::string>& lines, bool last_unterminated,
-                          const gpuguard::cli::report_limits& limits, std::size_t input_bytes, std::string& data) {
-  gpuguard::cli::log_aggregate log(limits);
+                          const gpuguard::cli::report::report_limits& limits, std::size_t input_bytes, std::string& data) {
+  gpuguard::cli::report::page_data log(limits);
   std::vector<std::pair<std::size_t, std::string>> skipped;
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    const std::string reason = log.add_line(lines[i], i + 1, last_unterminated && i + 1 == lines.size());
-    if (reason.empty()) { continue; }
+    std::string reason;
+    if (log.add_line(lines[i], i + 1, last_unterminated && i + 1 == lines.size(), &reason)) { continue; }
+    if (reason.empty()) { return "line " + std::to_string(i + 1) + ": skipped without a reason"; }
     for (const char c : reason) {
       if (static_cast<unsigned char>(c) < 0x20) {
         return "line " + std::to_string(i + 1) + ": a reason that is not one printable line: " + gpuguard_fuzz::escaped(reason);
       }
     }
-    if (reason.size() > 1000) { return "line " + std::to_string(i + 1) + ": a reason of unbounded length"; }
+    if (reason.size() > gpuguard::cli::report::max_reason_bytes) {
+      return "line " + std::to_string(i + 1) + ": a reason over " + std::to_string(gpuguard::cli::report::max_reason_bytes) + " bytes";
+    }
     skipped.emplace_back(i + 1, reason);
   }
   if (log.lines_read() != lines.size()) { return "lines_read is not the number of lines"; }
@@ -162,21 +202,21 @@ std::string check_reading(const std::vector<std::string>& lines, bool last_unter
   if (array_size(at(d, "ops")) != drawn) { return "the bands drawn are not the threads' ops_drawn"; }
   if (array_size(at(d, "op_summary")) > limits.max_op_names + 1) { return "the operation summary over its limit"; }
   if (array_size(at(d, "alerts")) > limits.max_alerts) { return "alerts over their limit"; }
-  return "";
+  return check_work_span(d);
 }
 
 std::string check(const std::string& text) {
   try {
     bool last_unterminated = false;
     const std::vector<std::string> lines = split_lines(text, last_unterminated);
-    gpuguard::cli::report_limits tiny;
+    gpuguard::cli::report::report_limits tiny;
     tiny.max_buckets = 2;
     tiny.max_ops_per_thread = 2;
     tiny.max_op_names = 2;
     tiny.max_alerts = 1;
     tiny.max_skipped_shown = 1;
     tiny.max_bands = 2;
-    for (const gpuguard::cli::report_limits& limits : {gpuguard::cli::report_limits{}, tiny}) {
+    for (const gpuguard::cli::report::report_limits& limits : {gpuguard::cli::report::report_limits{}, tiny}) {
       std::string data;
       std::string broken = check_reading(lines, last_unterminated, limits, text.size(), data);
       if (!broken.empty()) { return broken; }
@@ -187,7 +227,7 @@ std::string check(const std::string& text) {
         // The log's strings (the title too) cannot open or close an element of the page (no
         // "</script>", no "<!--"): every '<' of the page is the template's.
         static const std::size_t template_tags = [] {
-          const std::string page = gpuguard::cli::render_report_html("t", gpuguard::cli::log_aggregate().data_json("t", "p"));
+          const std::string page = gpuguard::cli::render_report_html("t", gpuguard::cli::report::page_data().data_json("t", "p"));
           return static_cast<std::size_t>(std::count(page.begin(), page.end(), '<'));
         }();
         const std::string title = lines.empty() ? std::string() : lines.front().substr(0, 200);

@@ -1,12 +1,13 @@
-// `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line (report_log),
-// renders one self-contained HTML page (report_html) and writes it through a temporary file and a
+// `gpuguard report LOG.jsonl -o report.html`: reads a JSONL event log line by line into typed
+// records (report_events) folded into the page's data (report_page_data), renders one
+// self-contained HTML page (report_html) and writes it through a temporary file and a
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
 #include "report/report_html.hpp"
-#include "report/report_log.hpp"
+#include "report/report_page_data.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -178,90 +179,85 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-}  // namespace
-
-int report_main(int argc, char** argv) {
+// What the command line asks for.
+struct report_options {
   std::string log_path;
   std::string output;
   std::string title;
+  bool title_given = false;
+};
+
+// Reads the command line into `options`. Returns the exit status when the command ends here (help,
+// a usage error), nullopt when it goes on.
+std::optional<int> parse_options(int argc, char** argv, report_options& options) {
   CLI::App app(description, "gpuguard report");
   app.formatter(std::make_shared<usage_formatter>(usage_line));
   app.set_help_flag("-h,--help", "this help");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
-  const CLI::Option* log_given = app.add_option("LOG", log_path, "the JSONL event log to read ('-' = standard input)")->type_name("");
+  const CLI::Option* log_given =
+      app.add_option("LOG", options.log_path, "the JSONL event log to read ('-' = standard input)")->type_name("");
   const CLI::Option* output_given =
-      app.add_option("-o,--output", output, "where to write the page (default: LOG with .html)")->type_name("PATH");
-  const CLI::Option* title_given = app.add_option("--title", title, "the page's title (default: 'gpuguard report: ' and the program's name)")
+      app.add_option("-o,--output", options.output, "where to write the page (default: LOG with .html)")->type_name("PATH");
+  const CLI::Option* title_given =
+      app.add_option("--title", options.title, "the page's title (default: 'gpuguard report: ' and the program's name)")
           ->type_name("TEXT");
   app.footer(footer);
-  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
+  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return rc; }
   const bool have_log = log_given->count() > 0;
   const bool have_output = output_given->count() > 0;
-  if (have_log && log_path.empty()) { return usage_error("the LOG path is empty"); }
-  if (have_output && output.empty()) {
+  options.title_given = title_given->count() > 0;
+  if (have_log && options.log_path.empty()) { return usage_error("the LOG path is empty"); }
+  if (have_output && options.output.empty()) {
     return usage_error("option '" + output_spelling(argc, argv) + "' needs a non-empty path");
   }
   if (!have_log) { return usage_error("missing LOG (the JSONL event log to read)"); }
   if (!have_output) {
-    if (log_path == "-") { return usage_error("missing -o OUTPUT (needed when LOG is standard input)"); }
-    output = default_output(log_path);
+    if (options.log_path == "-") { return usage_error("missing -o OUTPUT (needed when LOG is standard input)"); }
+    options.output = default_output(options.log_path);
   }
+  return std::nullopt;
+}
 
-  const bool from_stdin = log_path == "-";
-  const std::string shown_path = from_stdin ? "<stdin>" : log_path;
-  std::FILE* file = from_stdin ? stdin : std::fopen(log_path.c_str(), "rb");
-  if (file == nullptr) {
-    std::fprintf(stderr, "gpuguard report: cannot open '%s': %s\n", log_path.c_str(), std::strerror(errno));
-    return 1;
-  }
-
-  log_aggregate log;
+// Reads the log from `file` (named `shown_path` in messages) into `page`, naming the first skipped
+// lines on stderr. Returns the exit status when the command ends here (the file is no event log, or
+// cannot be read), nullopt when it goes on.
+std::optional<int> read_log(std::FILE* file, const std::string& shown_path, report::page_data& page) {
+  line_reader reader(file);
+  std::string line;
+  bool terminated = false;
+  bool too_long = false;
   std::size_t number = 0;
   std::size_t reported = 0;
-  {
-    line_reader reader(file);
-    std::string line;
-    bool terminated = false;
-    bool too_long = false;
-    while (reader.next(line, terminated, too_long)) {
-      ++number;
-      if (number == 1) {
-        if (const std::string other = what_else(line); !other.empty()) {
-          if (!from_stdin) { std::fclose(file); }
-          std::fprintf(stderr, "gpuguard report: '%s' is %s: nothing to report\n", shown_path.c_str(), other.c_str());
-          return 3;
-        }
-      }
-      const std::string problem =
-          too_long ? log.add_skipped_line(number, "line longer than " + detail::format_bytes(max_line_bytes))
-                   : log.add_line(line, number, !terminated);
-      if (!problem.empty() && reported++ < max_stderr_lines) {
-        std::fprintf(stderr, "gpuguard report: %s:%zu: %s\n", shown_path.c_str(), number, problem.c_str());
-      }
+  while (reader.next(line, terminated, too_long)) {
+    ++number;
+    if (const std::string other = number == 1 ? what_else(line) : std::string(); !other.empty()) {
+      std::fprintf(stderr, "gpuguard report: '%s' is %s: nothing to report\n", shown_path.c_str(), other.c_str());
+      return 3;
     }
-    const int error = reader.error();
-    if (!from_stdin) { std::fclose(file); }
-    if (error != 0) {
-      std::fprintf(stderr, "gpuguard report: cannot read '%s': %s\n", shown_path.c_str(), std::strerror(error));
-      return 1;
+    std::string problem;
+    if (too_long) {
+      problem = "line longer than " + detail::format_bytes(max_line_bytes);
+      page.add_skipped_line(number, problem);
+    } else if (page.add_line(line, number, !terminated, &problem)) {
+      continue;
     }
+    if (reported++ < max_stderr_lines) {
+      std::fprintf(stderr, "gpuguard report: %s:%zu: %s\n", shown_path.c_str(), number, problem.c_str());
+    }
+  }
+  if (reader.error() != 0) {
+    std::fprintf(stderr, "gpuguard report: cannot read '%s': %s\n", shown_path.c_str(), std::strerror(reader.error()));
+    return 1;
   }
   if (reported > max_stderr_lines) {
-    std::fprintf(stderr, "gpuguard report: %s: %zu more lines skipped (not listed)\n",
-                 shown_path.c_str(), reported - max_stderr_lines);
+    std::fprintf(stderr, "gpuguard report: %s: %zu more lines skipped (not listed)\n", shown_path.c_str(),
+                 reported - max_stderr_lines);
   }
-  if (log.events_used() == 0) {
-    std::fprintf(stderr, "gpuguard report: '%s' %s: nothing to report\n", shown_path.c_str(),
-                 number == 0 ? "is empty"
-                             : "has no gpuguard event (schema gpuguard.events, written by jsonl_log=; docs/formats.md)");
-    return 3;
-  }
+  return std::nullopt;
+}
 
-  if (title_given->count() == 0) {
-    title = "gpuguard report: " + (log.program().empty() ? base_name(shown_path) : base_name(log.program()));
-  }
-  const std::string page = render_report_html(title, log.data_json(title, shown_path));
-
+// Writes `page` to `output` ('-': standard output) and the one-line summary. Returns the exit status.
+int write_page(const std::string& page, const std::string& output, const report::page_data& data) {
   const bool to_stdout = output == "-";
   if (to_stdout) {
     if (std::fwrite(page.data(), 1, page.size(), stdout) != page.size() || std::fflush(stdout) != 0) {
@@ -272,10 +268,39 @@ int report_main(int argc, char** argv) {
     std::fprintf(stderr, "gpuguard report: %s\n", error.c_str());
     return 1;
   }
-  std::fprintf(to_stdout ? stderr : stdout,
-               "gpuguard report: %zu lines read, %zu events used, %zu lines skipped; wrote %s\n", log.lines_read(),
-               log.events_used(), log.lines_skipped(), to_stdout ? "the page to standard output" : output.c_str());
+  std::fprintf(to_stdout ? stderr : stdout, "gpuguard report: %zu lines read, %zu events used, %zu lines skipped; wrote %s\n",
+               data.lines_read(), data.events_used(), data.lines_skipped(),
+               to_stdout ? "the page to standard output" : output.c_str());
   return 0;
+}
+
+}  // namespace
+
+int report_main(int argc, char** argv) {
+  report_options options;
+  if (const std::optional<int> rc = parse_options(argc, argv, options)) { return *rc; }
+  const bool from_stdin = options.log_path == "-";
+  const std::string shown_path = from_stdin ? "<stdin>" : options.log_path;
+  std::FILE* file = from_stdin ? stdin : std::fopen(options.log_path.c_str(), "rb");
+  if (file == nullptr) {
+    std::fprintf(stderr, "gpuguard report: cannot open '%s': %s\n", options.log_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  report::page_data data;
+  const std::optional<int> rc = read_log(file, shown_path, data);
+  if (!from_stdin) { std::fclose(file); }
+  if (rc) { return *rc; }
+  if (data.events_used() == 0) {
+    std::fprintf(stderr, "gpuguard report: '%s' %s: nothing to report\n", shown_path.c_str(),
+                 data.lines_read() == 0
+                     ? "is empty"
+                     : "has no gpuguard event (schema gpuguard.events, written by jsonl_log=; docs/formats.md)");
+    return 3;
+  }
+  if (!options.title_given) {
+    options.title = "gpuguard report: " + base_name(data.program().empty() ? shown_path : data.program());
+  }
+  return write_page(render_report_html(options.title, data.data_json(options.title, shown_path)), options.output, data);
 }
 
 }  // namespace gpuguard::cli

@@ -1,5 +1,5 @@
 /// @file
-/// @brief Turns the report's data (report_log.hpp) into one self-contained HTML page: the template,
+/// @brief Turns the report's data (report_page_data.hpp) into one self-contained HTML page: the template,
 /// style and script embedded in the binary at build time (embed.cmake), the data inlined as JSON.
 #pragma once
 
@@ -16,7 +16,7 @@ std::string html_escape(std::string_view text);
 /// or open a comment ("<!--"). JSON.parse gives back the same value.
 std::string script_safe_json(std::string_view json);
 
-/// The whole page: `title` (plain text) and `data_json` (log_aggregate::data_json) filled into the
+/// The whole page: `title` (plain text) and `data_json` (report::page_data::data_json) filled into the
 /// embedded template.
 std::string render_report_html(std::string_view title, std::string_view data_json);
 

@@ -103,14 +103,20 @@
   var threadById = {};
   threads.forEach(function (t) { threadById[t.thread] = t; });
   var memDevices = devices.filter(function (d) { return d.samples > 0; });
-  var domainEnd = Math.max(1, run.duration_ns);
-  devices.forEach(function (d) {
-    ['live', 'peak'].forEach(function (k) {
-      var ts = d[k].t;
-      if (ts.length) { domainEnd = Math.max(domainEnd, ts[ts.length - 1]); }
-    });
-  });
-  var view = { t0: 0, t1: domainEnd, scaleToCapacity: null };
+  // The time axis spans the run's work, from its first event to its last (samples, allocations,
+  // frees, scopes, alerts). How the process ended (its end line, or a crash), which may come long
+  // after, is drawn apart, right of a break in the axis, so that a long wait before exit does not
+  // squeeze the work into a corner.
+  var work = run.work;
+  var domainStart = work ? work.start_ns : 0;
+  var domainEnd = work ? Math.max(work.end_ns, domainStart + 1) : Math.max(1, run.duration_ns);
+  var ending = null;
+  if (work && (data.end || data.crash)) {
+    ending = data.end ? { kind: 'exit', label: 'exit', t: data.end.t }
+                      : { kind: 'crash', label: data.crash.signal || 'crash', t: data.crash.t };
+    ending.after = Math.max(0, ending.t - work.end_ns);
+  }
+  var view = { t0: domainStart, t1: domainEnd, scaleToCapacity: null };
 
   // ---- header --------------------------------------------------------------------------------
   (function header() {
@@ -226,7 +232,39 @@
   var MARGIN = { left: 92, right: 18, top: 12 };
   var CHART_H = 230;
   var AXIS_H = 26;
+  var ENDING_W = ending ? 112 : 0;  // right of the plot: the break and the ending
   var charts = [];
+
+  // The ending, right of a plot whose time axis ends at `plotRight`: a break in the axis, then a
+  // rule where the process ended, labelled with how long after the last event that was (the gap
+  // is not to scale).
+  function drawEnding(root, plotRight, top, axisY, bottom) {
+    if (!ending) { return; }
+    var g = sv('g', { 'class': 'run-ending ' + ending.kind, 'data-t': ending.t, 'data-after': ending.after }, root);
+    var bx = plotRight + 10;
+    var ex = plotRight + ENDING_W - 8;
+    sv('path', { 'class': 'axis-break', d: 'M' + (bx - 6) + ',' + (axisY + 5) + 'L' + (bx - 2) + ',' + (axisY - 5) +
+                 'M' + (bx - 1) + ',' + (axisY + 5) + 'L' + (bx + 3) + ',' + (axisY - 5) }, g);
+    sv('line', { 'class': 'ending-axis', x1: bx + 5, x2: ex, y1: axisY + 0.5, y2: axisY + 0.5 }, g);
+    sv('line', { 'class': 'ending-rule', x1: ex + 0.5, x2: ex + 0.5, y1: top, y2: bottom }, g);
+    sv('text', { 'class': 'ending-label', x: ex - 5, y: top + 11, 'text-anchor': 'end', text: ending.label }, g);
+    sv('text', { 'class': 'ending-after', x: ex - 5, y: top + 25, 'text-anchor': 'end',
+                 text: fmtDur(ending.after) + ' later' }, g);
+    svgTitle(g, (ending.kind === 'exit' ? 'The process exited (reason: ' + data.end.reason + ')'
+                                        : 'The process crashed (' + ending.label + ')') +
+             ' at ' + fmtDur(ending.t) + ', ' + fmtDur(ending.after) + ' after its last event. The time axis ' +
+             'ends at the last event; this gap is not to scale.');
+  }
+  function workNote() {
+    var text = 'The time axis runs from the first event, ' + fmtDur(work.start_ns) + ' after the start, to the last, at ' +
+               fmtDur(work.end_ns) + '.';
+    if (ending) {
+      text += ' The process ' + (ending.kind === 'exit' ? 'exited' : 'crashed') +
+              (ending.after > 0 ? ' ' + fmtDur(ending.after) + ' after that' : ' with the last event') +
+              ': drawn apart, right of the break in the axis.';
+    }
+    return el('p', { 'class': 'chart-note', id: 'work-span-note', text: text });
+  }
 
   function niceTimeStep(span, maxTicks) {
     var raw = span / Math.max(1, maxTicks);
@@ -305,6 +343,7 @@
       notes.push('The first ' + fmtInt(alerts.length) + ' of ' + fmtInt(data.alert_events) + ' alerts are drawn.');
     }
     notes.forEach(function (n) { wrap.appendChild(el('p', { 'class': 'chart-note', text: n })); });
+    if (charts.length === 0 && work) { wrap.appendChild(workNote()); }
     container.appendChild(wrap);
     this.ops = ops;  // every chart shows every operation, on the same time axis as its memory
     this.lanes = threads.filter(function (t) { return t.ops_drawn > 0; });
@@ -325,7 +364,7 @@
     var self = this;
     var d = this.device;
     var width = Math.max(640, Math.floor(this.box.clientWidth || 1200));
-    var plotW = width - MARGIN.left - MARGIN.right;
+    var plotW = width - MARGIN.left - MARGIN.right - ENDING_W;
     var chartH = d ? CHART_H : 0;
     var chartTop = MARGIN.top;
     var axisY = chartTop + chartH;
@@ -348,7 +387,8 @@
 
     var root = sv('svg', { id: this.id, 'class': 'timeline', width: width, height: height,
                            viewBox: '0 0 ' + width + ' ' + height, role: 'img',
-                           'aria-label': d ? 'memory timeline of ' + deviceLabel(d.device) : 'operations timeline' });
+                           'aria-label': d ? 'memory timeline of ' + deviceLabel(d.device) : 'operations timeline',
+                           'data-t0': t0, 'data-t1': t1, 'data-plot': MARGIN.left + ',' + (MARGIN.left + plotW) });
     var defs = sv('defs', null, root);
     var clipId = this.id + '-clip';
     var clip = sv('clipPath', { id: clipId }, defs);
@@ -491,6 +531,8 @@
       svgTitle(m, 'op_growth at ' + fmtDur(a.t) + ': ' + a.message);
     });
 
+    drawEnding(root, MARGIN.left + plotW, chartTop, axisY, gridBottom);  // over the lanes
+
     // Interaction over the memory chart: hover readout, drag to zoom, double-click to reset.
     if (d) {
       var cursor = sv('line', { 'class': 'cursor', x1: 0, x2: 0, y1: chartTop, y2: gridBottom, visibility: 'hidden' }, root);
@@ -523,7 +565,7 @@
         sel.setAttribute('visibility', 'hidden');
         if (Math.abs(x(b) - x(a)) > 4) { zoomTo(a, b); }
       });
-      overlay.addEventListener('dblclick', function () { zoomTo(0, domainEnd); });
+      overlay.addEventListener('dblclick', function () { zoomTo(domainStart, domainEnd); });
     }
 
     this.box.textContent = '';
@@ -653,7 +695,7 @@
     var d = this.device;
     var tl = d.timeline;
     var width = Math.max(640, Math.floor(this.box.clientWidth || 1200));
-    var plotW = width - MARGIN.left - MARGIN.right;
+    var plotW = width - MARGIN.left - MARGIN.right - ENDING_W;
     var top = MARGIN.top;
     var bottom = top + ALLOC_H;
     var height = bottom + AXIS_H + 4;
@@ -667,7 +709,8 @@
     function y(v) { return bottom - v / yMax * ALLOC_H; }
     var root = sv('svg', { id: this.id, 'class': 'timeline allocations', width: width, height: height,
                            viewBox: '0 0 ' + width + ' ' + height, role: 'img',
-                           'aria-label': 'allocations over time on ' + deviceLabel(d.device) });
+                           'aria-label': 'allocations over time on ' + deviceLabel(d.device),
+                           'data-t0': t0, 'data-t1': t1, 'data-plot': MARGIN.left + ',' + (MARGIN.left + plotW) });
     var clipId = this.id + '-clip';
     var clip = sv('clipPath', { id: clipId }, sv('defs', null, root));
     sv('rect', { x: MARGIN.left, y: top - 2, width: plotW, height: ALLOC_H + 4 }, clip);
@@ -731,6 +774,7 @@
                '\n' + siteText(site));
     }
     sv('line', { 'class': 'axis', x1: MARGIN.left, x2: MARGIN.left + plotW, y1: bottom + 0.5, y2: bottom + 0.5 }, root);
+    drawEnding(root, MARGIN.left + plotW, top, bottom, bottom);
     sv('line', { 'class': 'axis', x1: MARGIN.left + 0.5, x2: MARGIN.left + 0.5, y1: top, y2: bottom }, root);
     sv('text', { 'class': 'axis-title', x: 4, y: top + 10, text: 'bytes' }, root);
     sv('text', { 'class': 'axis-title', x: 4, y: bottom + 16, text: 'time' }, root);
@@ -745,9 +789,9 @@
   function renderCharts() { charts.forEach(function (c) { c.render(); }); }
   var resetButton = null;
   function zoomTo(a, b) {
-    view.t0 = Math.max(0, a);
+    view.t0 = Math.max(domainStart, a);
     view.t1 = Math.min(domainEnd, Math.max(b, view.t0 + 1));
-    if (resetButton) { resetButton.disabled = view.t0 === 0 && view.t1 === domainEnd; }
+    if (resetButton) { resetButton.disabled = view.t0 === domainStart && view.t1 === domainEnd; }
     renderCharts();
   }
 
@@ -778,7 +822,7 @@
       tools.appendChild(el('span', { text: 'drag across a chart to zoom' }));
       resetButton = el('button', { type: 'button', id: 'reset-zoom', text: 'Reset zoom' });
       resetButton.disabled = true;
-      resetButton.addEventListener('click', function () { zoomTo(0, domainEnd); });
+      resetButton.addEventListener('click', function () { zoomTo(domainStart, domainEnd); });
       tools.appendChild(resetButton);
     }
     if (memDevices.some(function (d) { return d.total_bytes > 0; })) {

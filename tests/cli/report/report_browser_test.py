@@ -330,6 +330,68 @@ class browser_test(unittest.TestCase):
         self.assertEqual([(int(p.attrs["data-t"]), int(p.attrs["data-end"]), int(p.attrs["data-offset"])) for p in drawn],
                          [(100, 300, 0), (200, 200, mib), (250, 280, mib)], "the instant band is off the stack at once")
 
+    def test_the_time_axis_spans_the_work_and_the_exit_is_drawn_apart(self):
+        # Work from 2 s to 4 s into the run, the exit at 61.5 s: each chart's axis runs from the first
+        # event to the last, and the exit is a marker right of a break, labelled with how long after.
+        log = os.path.join(self.tmp.name, "late_exit.jsonl")
+        first, last, end = timeline_logs.late_exit_log(log)
+        dom = parse_dom(chromium("--dump-dom", "file://" + self.render(log)))
+        self.assertEqual(dom.find_all("body")[0].attrs.get("data-rendered"), "true")
+        xy = r"[ML]\s*(-?[\d.]+)\s*,\s*(-?[\d.]+)"
+        for chart_id in ("timeline-device-0", "allocations-device-0"):
+            svg = dom.by_id(chart_id)
+            self.assertIsNotNone(svg, chart_id)
+            self.assertEqual((int(svg.attrs["data-t0"]), int(svg.attrs["data-t1"])), (first, last), chart_id)
+            left, right = (float(v) for v in svg.attrs["data-plot"].split(","))
+            # Every time tick lies on the axis and names a moment between the first and the last event.
+            ticks = [t for t in svg.find_all("text", "tick-label") if t.attrs.get("text-anchor") == "middle"]
+            self.assertGreaterEqual(len(ticks), 3, chart_id)
+            for tick in ticks:
+                self.assertTrue(left - 0.5 <= float(tick.attrs["x"]) <= right + 0.5, chart_id)
+                value, unit = tick.all_text().split()
+                self.assertTrue(first <= float(value) * {"s": 10**9, "ms": 10**6}[unit] <= last, tick.all_text())
+            # The exit: apart from the axis (right of the plot), after a break, labelled.
+            endings = svg.find_all("g", "run-ending")
+            self.assertEqual(len(endings), 1, chart_id)
+            ending = endings[0]
+            self.assertIn("exit", ending.classes())
+            self.assertEqual((int(ending.attrs["data-t"]), int(ending.attrs["data-after"])), (end, end - last))
+            self.assertEqual(len(ending.find_all("path", "axis-break")), 1)
+            rule = ending.find_all("line", "ending-rule")[0]
+            self.assertGreater(float(rule.attrs["x1"]), right + 20, "the exit is drawn on the axis, not apart")
+            self.assertLessEqual(float(rule.attrs["x1"]), float(svg.attrs["width"]))
+            self.assertEqual(ending.find_all("text", "ending-label")[0].all_text(), "exit")
+            self.assertEqual(ending.find_all("text", "ending-after")[0].all_text(), "57.50 s later")
+        # The memory chart's live line starts at the left edge (the first event) and ends at the right
+        # (the last); the operation band sits where 2.6 s to 3.4 s fall on a 2 s to 4 s axis.
+        chart = dom.by_id("timeline-device-0")
+        left, right = (float(v) for v in chart.attrs["data-plot"].split(","))
+        line = next(p for p in chart.find_all("path") if "series-live" in p.classes())
+        xs = [float(x) for x, _ in re.findall(xy, line.attrs["d"])]
+        self.assertAlmostEqual(min(xs), left, delta=0.11)
+        self.assertAlmostEqual(max(xs), right, delta=0.11)
+        band = chart.find_all("rect", "op-band")[0]
+        at = lambda t: left + (t - first) / (last - first) * (right - left)
+        self.assertAlmostEqual(float(band.attrs["x"]), at(2600000000), delta=0.11)
+        self.assertAlmostEqual(float(band.attrs["width"]), at(3400000000) - at(2600000000), delta=0.2)
+        note = dom.by_id("work-span-note").all_text()
+        self.assertIn("from the first event, 2.00 s after the start, to the last, at 4.00 s", note)
+        self.assertIn("exited 57.50 s after that", note)
+        # The allocation still live at exit runs to the exit in the data, and is cut at the axis's end.
+        live = [p for p in dom.by_id("allocations-device-0").find_all("path", "alloc-band") if "live-at-end" in p.classes()]
+        self.assertEqual([int(p.attrs["data-end"]) for p in live], [end])
+
+        # A crash a minute after the last event is drawn apart the same way, named by its signal.
+        crashed = os.path.join(self.tmp.name, "late_crash.jsonl")
+        timeline_logs.late_exit_log(crashed, crash=True)
+        dom = parse_dom(chromium("--dump-dom", "file://" + self.render(crashed)))
+        svg = dom.by_id("timeline-device-0")
+        self.assertEqual((int(svg.attrs["data-t0"]), int(svg.attrs["data-t1"])), (first, last))
+        ending = svg.find_all("g", "run-ending")[0]
+        self.assertIn("crash", ending.classes())
+        self.assertEqual(ending.find_all("text", "ending-label")[0].all_text(), "SIGSEGV")
+        self.assertEqual(ending.find_all("text", "ending-after")[0].all_text(), "57.50 s later")
+
     def test_a_million_allocation_events_load_quickly_and_render(self):
         log = os.path.join(self.tmp.name, "million.jsonl")
         peak, allocations = timeline_logs.million_log(log)

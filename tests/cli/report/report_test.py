@@ -124,6 +124,13 @@ class report_test(unittest.TestCase):
         self.assertTrue(data["run"]["has_start"] and data["run"]["has_end"])
         end = [e for e in events if e["type"] == "end"][0]
         self.assertEqual(data["run"]["duration_ns"], end["t"])
+        # The work: from the first to the last moment of a sample, an allocation, a free, a scope or an
+        # alert (the start, sites, leaks and end lines are not work).
+        moments = [m for e in events if e["type"] in ("mem", "alloc", "free", "op", "alert")
+                   for m in (e["t"], e["t"] + e.get("dur", 0))]
+        self.assertEqual(data["run"]["work"], dict(start_ns=min(moments), end_ns=max(moments)))
+        self.assertGreater(min(moments), 0)
+        self.assertLessEqual(max(moments), end["t"])
 
         # Devices: every mem sample is drawn (the log is short), with the right extremes.
         mem = collections.defaultdict(list)
@@ -357,6 +364,26 @@ class report_test(unittest.TestCase):
         self.assertEqual(data["skipped"]["lines"][0]["reason"],
                          "start: schema is %s, not \"gpuguard.events\"" % json.dumps(schema))
 
+    def test_a_reason_naming_a_hostile_key_is_one_bounded_line(self):
+        # A key of the log quoted in a reason (the misuse counts are named by the log) is escaped as
+        # in JSON, and a reason is cut at 400 bytes, so stderr gets one short line per skipped line.
+        log = self.path("hostile-keys.jsonl")
+        end = dict(v=1, type="end", t=9, reason="exit", dropped=0, devices=[])
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(json.dumps(dict(v=1, type="start", t=0, schema="gpuguard.events", pid=1, program="p", unix_ns=0)) + "\n")
+            f.write(json.dumps(dict(end, misuse={"double\nfree\x1b[31m": "x"})) + "\n")
+            f.write(json.dumps(dict(end, misuse={"k" * 5000: -1})) + "\n")
+        r, _, data = self.render(log)
+        err = r.stderr.decode().splitlines()
+        self.assertEqual(err[0], 'gpuguard report: %s:2: end: field "misuse.double\\nfree\\u001b[31m" must be a '
+                                 'non-negative integer, not a JSON string' % log)
+        self.assertEqual(len(err), 2, err)
+        reason = data["skipped"]["lines"][1]["reason"]
+        self.assertTrue(reason.startswith('end: field "misuse.kkkk'), reason)
+        self.assertTrue(reason.endswith("..."), reason)
+        self.assertLessEqual(len(reason.encode()), 400)
+        self.assertIsNone(data["end"])
+
     # ---- thinning a long log -------------------------------------------------------------------
 
     def test_long_log_is_thinned_but_keeps_peaks_and_totals(self):
@@ -412,6 +439,16 @@ class report_test(unittest.TestCase):
             self.assertEqual(tl[key], [b[key] for b in bands], key)
         sites = {s["site"]: s["raw_sites"] for s in data["sites"]["sites"]}
         self.assertEqual(sites, {12: [12], 11: [11]})
+
+    def test_the_work_span_leaves_out_a_late_exit(self):
+        log = self.path("late.jsonl")
+        first, last, end = timeline_logs.late_exit_log(log)
+        _, _, data = self.render(log)
+        self.assertEqual(data["run"]["work"], dict(start_ns=first, end_ns=last))
+        self.assertEqual(data["run"]["duration_ns"], end)
+        self.assertEqual(data["end"]["t"], end)
+        _, _, data = self.render(os.path.join(DATA, "start_only.jsonl"))
+        self.assertIsNone(data["run"]["work"], "no work without samples, allocations, scopes or alerts")
 
     def test_memory_timeline_lines_are_checked(self):
         log = self.path("bad-timeline.jsonl")

@@ -2,7 +2,8 @@
 tests, with what the page must make of them worked out here, independently of gpuguard report.
 
 small_log(path): four allocations on device 0 whose stacking is known band by band, and a mem_step
-whose 20 MiB peak is the run's. million_log(path): a million alloc and free lines.
+whose 20 MiB peak is the run's. million_log(path): a million alloc and free lines. late_exit_log(path):
+two seconds of work that start two seconds into the run, and an exit (or a crash) a minute later.
 """
 import json
 
@@ -54,6 +55,50 @@ def small_log(path):
     live = [(1000, 4 * MIB), (2000, 12 * MIB), (3000, 14 * MIB), (4000, 10 * MIB), (5000, 11 * MIB),
             (6000, 9 * MIB), (7100, 9 * MIB), (7200, 20 * MIB), (7500, 9 * MIB), (8000, 1 * MIB)]
     return bands, live
+
+
+S = 10**9
+
+
+def late_exit_log(path, crash=False):
+    """Writes a run whose work (samples, allocations, frees, an operation) lies between 2 s and 4 s,
+    whose sites and leaks lines come at exit, and whose end line (or crash line, with crash=True)
+    comes at 61.5 s. Returns (first event, last event, the end's t), in nanoseconds."""
+    out = []
+    _line(out, type="start", t=0, schema="gpuguard.events", pid=4244, program="/opt/late", unix_ns=1795000000000000000)
+    _line(out, type="device", t=100, device=0, name="Test GPU", total_bytes=1024 * MIB)
+    _line(out, type="thread", t=200, thread=1, tid=4244, name="main")
+
+    def event(kind, t, address, size, live):
+        _line(out, type=kind, t=t, device=0, address=address, bytes=size, live_bytes=live, site=0, thread=1)
+
+    def mem(t, live):
+        _line(out, type="mem", t=t, device=0, live_bytes=live, peak_bytes=live, allocations=2, frees=1,
+              used_bytes=live + 300 * MIB, total_bytes=1024 * MIB)
+
+    event("alloc", 2 * S, "0x1000", 64 * MIB, 64 * MIB)            # the first event
+    mem(2500000000, 64 * MIB)
+    _line(out, type="op", t=2600000000, name="step", thread=1, depth=0, dur=800000000, alloc_bytes=32 * MIB,
+          free_bytes=0, net_bytes=32 * MIB, peak_bytes=32 * MIB, allocs=1, frees=0, exception=False)
+    event("alloc", 3 * S, "0x2000", 32 * MIB, 96 * MIB)            # live until the exit
+    event("free", 3500000000, "0x1000", 64 * MIB, 32 * MIB)
+    mem(4 * S, 32 * MIB)                                           # the last event
+    end = 61500000000
+    if crash:
+        _line(out, type="crash", t=end, signal="SIGSEGV", code=1, address="0x0", thread=1, crash_file="/tmp/late.crash",
+              devices=[{"device": 0, "live_bytes": 32 * MIB, "live_count": 1, "peak_bytes": 96 * MIB}], sites=[],
+              frames=["0x401000"])
+    else:
+        _line(out, type="sites", t=end - 100000000, sampled=False, sites=[])
+        _line(out, type="leaks", t=end - 50000000, total_bytes=32 * MIB, total_count=1,
+              sites=[{"site": 0, "device": 0, "tag": "", "bytes": 32 * MIB, "count": 1, "frames": []}])
+        _line(out, type="end", t=end, reason="exit", dropped=0,
+              devices=[{"device": 0, "current_bytes": 32 * MIB, "peak_bytes": 96 * MIB, "total_bytes": 96 * MIB,
+                        "allocations": 2, "frees": 1}],
+              misuse={"unknown_pointer": 0, "double_free": 0, "wrong_size": 0, "wrong_device": 0})
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return 2 * S, 4 * S, end
 
 
 def million_log(path, events=1000000):

@@ -1,6 +1,8 @@
 /// @file
-/// @brief Reads a JSONL event log (schema gpuguard.events version 1, docs/formats.md) line by line
-/// and aggregates it on the fly into what the HTML report shows.
+/// @brief Folds the records of an event log (report_events.hpp), line by line as they are read,
+/// into what the HTML report shows: a memory timeline and allocation bands per device, operation
+/// bands per thread and totals per name, sites, leaks, alerts, the run's start and end, and the
+/// lines that could not be used.
 ///
 /// Memory stays bounded whatever the log's length: memory samples are downsampled per device into
 /// at most `max_buckets` time buckets (each keeping its first, last, lowest and highest sample, so
@@ -9,15 +11,14 @@
 /// per-operation summary, counts) covers the whole log.
 #pragma once
 
+#include "report/report_events.hpp"
+
 #include <cstddef>
-#include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 
-namespace gpuguard::cli {
+namespace gpuguard::cli::report {
 
 /// Bounds on what the report keeps from a log.
 struct report_limits {
@@ -29,24 +30,30 @@ struct report_limits {
   std::size_t max_bands = 2000;            ///< allocations drawn as bands per device (half the largest, half the most area)
 };
 
-/// What the reader made of a log: feed it lines with `add_line`, then ask for `data_json`.
-class log_aggregate {
+/// What the page shows of a log: feed it lines with `add_line`, then ask for `data_json`.
+class page_data {
  public:
-  explicit log_aggregate(report_limits limits = {});
-  ~log_aggregate();
-  log_aggregate(const log_aggregate&) = delete;
-  log_aggregate& operator=(const log_aggregate&) = delete;
-  log_aggregate(log_aggregate&&) noexcept;
-  log_aggregate& operator=(log_aggregate&&) noexcept;
+  explicit page_data(report_limits limits = {});
+  ~page_data();
+  page_data(const page_data&) = delete;
+  page_data& operator=(const page_data&) = delete;
+  page_data(page_data&&) noexcept;
+  page_data& operator=(page_data&&) noexcept;
 
-  /// Takes line `number` (1-based) of the log, without its newline. `unterminated` says the line
-  /// is the last one and had no newline (a writer that died mid-line leaves one). Returns "" when
-  /// the line was used or deliberately ignored (an unknown type), else why it was skipped.
-  std::string add_line(std::string_view line, std::size_t number, bool unterminated);
+  /// Takes line `number` (1-based) of the log, without its newline; `unterminated` says it is the
+  /// last line and had no newline. Returns true when the line was used or deliberately ignored (an
+  /// unknown type); false when it was skipped, with `*error` (when not null) set to why: one
+  /// printable line of bounded length (parse_event's reason, or one of the page's own limits, such
+  /// as "mem: device 256 is past the 256 devices a report keeps"). Skipped lines are listed in the
+  /// page with `number`.
+  bool add_line(std::string_view line, std::size_t number, bool unterminated, std::string* error);
+
+  /// Takes an event read by parse_event from line `number`; the same answer as add_line.
+  bool add_event(const log_event& event, std::size_t number, std::string* error);
 
   /// Counts line `number` as read and skipped for `reason`, for lines the caller could not even
-  /// hand over (longer than it reads). Returns `reason`.
-  std::string add_skipped_line(std::size_t number, std::string reason);
+  /// hand over (longer than it reads).
+  void add_skipped_line(std::size_t number, const std::string& reason);
 
   [[nodiscard]] std::size_t lines_read() const noexcept;
   [[nodiscard]] std::size_t events_used() const noexcept;
@@ -63,4 +70,4 @@ class log_aggregate {
   std::unique_ptr<state> state_;
 };
 
-}  // namespace gpuguard::cli
+}  // namespace gpuguard::cli::report
