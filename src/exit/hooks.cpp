@@ -18,6 +18,7 @@
 #include "util/file.hpp"
 #include "util/format.hpp"
 #include "util/quiet_thread.hpp"
+#include "util/signal_name.hpp"
 
 #include <array>
 #include <atomic>
@@ -55,21 +56,6 @@ constexpr int termination_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 constexpr int signal_slots = 65;
 constexpr unsigned watchdog_seconds = 3;
-
-const char* signal_name(int sig) noexcept {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
-    default: return "signal";
-  }
-}
 
 // What the handlers read. Each entry is written only while no handler of ours is installed for
 // that signal (sigaction itself orders the write before the handler can run).
@@ -245,7 +231,7 @@ void gather(int sig, const siginfo_t* info, const void* context) noexcept {
 
 void write_human(int fd) noexcept {
   signal_writer out(fd);
-  out.put("[gpuguard] CRASH: ").put(signal_name(facts.sig)).put(" (code ").sdec(facts.code)
+  out.put("[gpuguard] CRASH: ").put(detail::signal_name(facts.sig, "signal")).put(" (code ").sdec(facts.code)
       .put(", address ").hex(facts.address).put(") in thread ").dec(static_cast<std::uint64_t>(facts.thread)).put("\n");
   for (int device = host_device_id; device < max_devices; ++device) {
     const counters c = detail::device_counters_unstopped(device);  // no lock: a crashing thread may hold one
@@ -342,7 +328,7 @@ void write_record(int fd) noexcept {
       .put(",\"thread\":").dec(static_cast<std::uint64_t>(facts.thread))
       .put(",\"unix_ns\":").dec(static_cast<std::uint64_t>(now.tv_sec) * 1000000000U + static_cast<std::uint64_t>(now.tv_nsec))
       .put(",\"signal\":").dec(static_cast<std::uint64_t>(facts.sig))
-      .put(",\"signal_name\":\"").put(signal_name(facts.sig))
+      .put(",\"signal_name\":\"").put(detail::signal_name(facts.sig, "signal"))
       .put("\",\"code\":").sdec(facts.code)
       .put(",\"address\":\"").hex(facts.address).put("\",\"frames\":[");
   for (std::size_t i = 0; i < facts.frame_count; ++i) {
@@ -365,7 +351,7 @@ void write_crash_event(int fd) noexcept {
   signal_writer out(fd);
   const char* path = crash_path_text.load(std::memory_order_relaxed);
   out.put("{\"v\":1,\"type\":\"crash\",\"t\":").sdec(detail::now_ns())
-      .put(",\"signal\":\"").put(signal_name(facts.sig))
+      .put(",\"signal\":\"").put(detail::signal_name(facts.sig, "signal"))
       .put("\",\"code\":").sdec(facts.code)
       .put(",\"address\":\"").hex(facts.address)
       .put("\",\"thread\":").dec(static_cast<std::uint64_t>(facts.thread))
@@ -450,8 +436,8 @@ void watcher_main(int read_fd) {
     if (n != 1 || byte == 0) { return; }  // closed by uninstall_hooks
     const int sig = byte;
     std::fprintf(stderr, "[gpuguard] %s received: running cleanups and writing the report, then ending by %s\n",
-                 signal_name(sig), signal_name(sig));
-    const std::string reason = std::string("signal ") + signal_name(sig);
+                 detail::signal_name(sig, "signal"), detail::signal_name(sig, "signal"));
+    const std::string reason = std::string("signal ") + detail::signal_name(sig, "signal");
     detail::end_run(reason.c_str(), false, sig);
     std::fflush(nullptr);
     restore_previous(sig);

@@ -296,11 +296,11 @@ std::string figures_json(const std::vector<device_figures>& devices, bool at_exi
   }
   // What each holder keeps now (all devices).
   out += ",\"holders\":[";
-  bool first_holder = true;
+  bool first_held = true;
   for (const auto& [name, figures] : snapshot(false).tags) {
     if (name.empty() || !is_exit_holder(intern_tag(name))) { continue; }
-    out += first_holder ? "{\"holder\":" : ",{\"holder\":";
-    first_holder = false;
+    out += first_held ? "{\"holder\":" : ",{\"holder\":";
+    first_held = false;
     detail::append_json_string(out, name);
     append_field(out, "live_bytes", figures.current_bytes);
     out += '}';

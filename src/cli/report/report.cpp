@@ -68,9 +68,9 @@ constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
 // Skipped lines named on stderr one by one; past this, one line says how many more there were.
 constexpr std::size_t max_stderr_lines = 20;
 
-constexpr usage_words words{"report", true, true};
+constexpr command_help help_text{usage_line, description, footer, {"report", true, true}};
 
-int usage_error(const std::string& message) { return cli::usage_error(words, message); }
+int usage_error(const std::string& message) { return cli::usage_error(help_text.words, message); }
 
 // How the output option was spelt, the last time: "-o" or "--output".
 std::string output_spelling(int argc, char** argv) {
@@ -190,9 +190,8 @@ struct report_options {
 // Reads the command line into `options`. Returns the exit status when the command ends here (help,
 // a usage error), nullopt when it goes on.
 std::optional<int> parse_options(int argc, char** argv, report_options& options) {
-  CLI::App app(description, "gpuguard report");
-  app.formatter(std::make_shared<usage_formatter>(usage_line));
-  app.set_help_flag("-h,--help", "this help");
+  CLI::App app;
+  describe_command(app, help_text);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   const CLI::Option* log_given =
       app.add_option("LOG", options.log_path, "the JSONL event log to read ('-' = standard input)")->type_name("");
@@ -201,8 +200,7 @@ std::optional<int> parse_options(int argc, char** argv, report_options& options)
   const CLI::Option* title_given =
       app.add_option("--title", options.title, "the page's title (default: 'gpuguard report: ' and the program's name)")
           ->type_name("TEXT");
-  app.footer(footer);
-  if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return rc; }
+  if (const std::optional<int> rc = parse_command_line(app, help_text.words, argc, argv)) { return rc; }
   const bool have_log = log_given->count() > 0;
   const bool have_output = output_given->count() > 0;
   options.title_given = title_given->count() > 0;
