@@ -37,10 +37,8 @@ class jsonl_sink final : public sink {
     std::string& out = begin("start", 0);
     out += ",\"schema\":\"gpuguard.events\",\"pid\":";
     append_int(out, ::getpid());
-    out += ",\"program\":";
-    append_json_string(out, program_path());
-    out += ",\"unix_ns\":";
-    append_int(out, clock_start_unix_ns());
+    append_string_field(out, "program", program_path());
+    append_field(out, "unix_ns", clock_start_unix_ns());
     end();
     return true;
   }
@@ -48,8 +46,7 @@ class jsonl_sink final : public sink {
   void device(const device_info& info, std::int64_t time_ns) override {
     std::string& out = begin("device", time_ns);
     append_field(out, "device", info.device);
-    out += ",\"name\":";
-    append_json_string(out, info.name);
+    append_string_field(out, "name", info.name);
     append_field(out, "total_bytes", info.total_bytes);
     end();
   }
@@ -58,15 +55,13 @@ class jsonl_sink final : public sink {
     std::string& out = begin("thread", time_ns);
     append_field(out, "thread", info.thread);
     append_field(out, "tid", info.tid);
-    out += ",\"name\":";
-    append_json_string(out, info.name);
+    append_string_field(out, "name", info.name);
     end();
   }
 
   void op(const op_result& op) override {
     std::string& out = begin("op", op.start_ns);
-    out += ",\"name\":";
-    append_json_string(out, op.name_view());
+    append_string_field(out, "name", op.name_view());
     append_field(out, "thread", op.thread);
     append_field(out, "depth", op.depth);
     append_field(out, "dur", op.duration_ns);
@@ -88,8 +83,7 @@ class jsonl_sink final : public sink {
     }
     if (op.framework != nullptr) {
       if (!op.device_queried) { append_field(out, "device", op.device); }
-      out += ",\"framework\":";
-      append_json_string(out, op.framework);
+      append_string_field(out, "framework", op.framework);
       append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
       append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
     }
@@ -148,8 +142,7 @@ class jsonl_sink final : public sink {
     out += to_string(fired.kind);
     out += '"';
     if (fired.kind == alert_kind::op_growth) {
-      out += ",\"name\":";
-      append_json_string(out, fired.op);
+      append_string_field(out, "name", fired.op);
       append_field(out, "thread", fired.thread);
       append_field(out, "net_bytes", fired.net_bytes);
       append_field(out, "limit_bytes", fired.limit_bytes);
@@ -163,8 +156,7 @@ class jsonl_sink final : public sink {
       append_field(out, "total_bytes", fired.total_bytes);
     }
     append_field(out, "suppressed", fired.suppressed);
-    out += ",\"message\":";
-    append_json_string(out, fired.message);
+    append_string_field(out, "message", fired.message);
     end();
   }
 
@@ -208,8 +200,7 @@ class jsonl_sink final : public sink {
       end();
     }
     std::string& out = begin("end", last.time_ns);
-    out += ",\"reason\":";
-    append_json_string(out, last.reason);
+    append_string_field(out, "reason", last.reason);
     append_field(out, "dropped", last.dropped);
     out += ",\"devices\":";
     append_device_counters(out, last.ledger.devices);

@@ -58,36 +58,24 @@ class trace_sink final : public sink {
     append_us(out, op.duration_ns);
     out += ",\"args\":{\"net_bytes\":";
     append_int(out, op.net_bytes);
-    out += ",\"peak_bytes\":";
-    append_uint(out, op.peak_bytes);
-    out += ",\"alloc_bytes\":";
-    append_uint(out, op.alloc_bytes);
-    out += ",\"free_bytes\":";
-    append_uint(out, op.free_bytes);
-    out += ",\"allocs\":";
-    append_uint(out, op.allocs);
-    out += ",\"frees\":";
-    append_uint(out, op.frees);
+    append_field(out, "peak_bytes", op.peak_bytes);
+    append_field(out, "alloc_bytes", op.alloc_bytes);
+    append_field(out, "free_bytes", op.free_bytes);
+    append_field(out, "allocs", op.allocs);
+    append_field(out, "frees", op.frees);
     out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
     if (op.device_queried) {
-      out += ",\"device_used_before\":";
-      append_uint(out, op.used_before);
-      out += ",\"device_used_after\":";
-      append_uint(out, op.used_after);
+      append_field(out, "device_used_before", op.used_before);
+      append_field(out, "device_used_after", op.used_after);
       if (op.pool_queried) {
-        out += ",\"pool_reserved_delta\":";
-        append_int(out, op.pool_reserved_delta);
-        out += ",\"pool_used_delta\":";
-        append_int(out, op.pool_used_delta);
+        append_field(out, "pool_reserved_delta", op.pool_reserved_delta);
+        append_field(out, "pool_used_delta", op.pool_used_delta);
       }
     }
     if (op.framework != nullptr) {
-      out += ",\"framework\":";
-      append_json_string(out, op.framework);
-      out += ",\"framework_allocated_delta\":";
-      append_int(out, op.framework_allocated_delta);
-      out += ",\"framework_reserved_delta\":";
-      append_int(out, op.framework_reserved_delta);
+      append_string_field(out, "framework", op.framework);
+      append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
+      append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
     }
     out += "}}";
     file_.maybe_flush();
@@ -164,10 +152,8 @@ class trace_sink final : public sink {
     out += phase;
     out += "\",\"ts\":";
     append_us(out, time_ns);
-    out += ",\"pid\":";
-    append_int(out, pid_);
-    out += ",\"tid\":";
-    append_uint(out, tid);
+    append_field(out, "pid", pid_);
+    append_field(out, "tid", tid);
     return out;
   }
 

@@ -19,10 +19,8 @@ void append_frames(std::string& out, const std::vector<frame_info>& frames) {
     out += address;
     out += "\",\"function\":";
     append_json_string(out, frame.function);
-    out += ",\"file\":";
-    append_json_string(out, frame.file);
-    out += ",\"line\":";
-    append_uint(out, frame.line);
+    append_string_field(out, "file", frame.file);
+    append_field(out, "line", frame.line);
     out += '}';
   }
   out += ']';
@@ -36,16 +34,11 @@ void append_device_counters(std::string& out, const std::vector<std::pair<int, c
     first = false;
     out += "{\"device\":";
     append_int(out, device);
-    out += ",\"current_bytes\":";
-    append_uint(out, c.current_bytes);
-    out += ",\"peak_bytes\":";
-    append_uint(out, c.peak_bytes);
-    out += ",\"total_bytes\":";
-    append_uint(out, c.total_bytes);
-    out += ",\"allocations\":";
-    append_uint(out, c.allocations);
-    out += ",\"frees\":";
-    append_uint(out, c.frees);
+    append_field(out, "current_bytes", c.current_bytes);
+    append_field(out, "peak_bytes", c.peak_bytes);
+    append_field(out, "total_bytes", c.total_bytes);
+    append_field(out, "allocations", c.allocations);
+    append_field(out, "frees", c.frees);
     out += '}';
   }
   out += ']';
@@ -54,12 +47,9 @@ void append_device_counters(std::string& out, const std::vector<std::pair<int, c
 void append_misuse(std::string& out, const misuse_counts& m) {
   out += "{\"unknown_pointer\":";
   append_uint(out, m.unknown_pointer);
-  out += ",\"double_free\":";
-  append_uint(out, m.double_free);
-  out += ",\"wrong_size\":";
-  append_uint(out, m.wrong_size);
-  out += ",\"wrong_device\":";
-  append_uint(out, m.wrong_device);
+  append_field(out, "double_free", m.double_free);
+  append_field(out, "wrong_size", m.wrong_size);
+  append_field(out, "wrong_device", m.wrong_device);
   out += '}';
 }
 
@@ -71,14 +61,10 @@ void append_leak_sites(std::string& out, const std::vector<leak_site>& sites) {
     first = false;
     out += "{\"site\":";
     append_uint(out, site.site);
-    out += ",\"device\":";
-    append_int(out, site.device);
-    out += ",\"tag\":";
-    append_json_string(out, site.tag);
-    out += ",\"bytes\":";
-    append_uint(out, site.bytes);
-    out += ",\"count\":";
-    append_uint(out, site.count);
+    append_field(out, "device", site.device);
+    append_string_field(out, "tag", site.tag);
+    append_field(out, "bytes", site.bytes);
+    append_field(out, "count", site.count);
     out += ",\"raw_sites\":";
     append_uint_array(out, site.raw_sites);
     out += ",\"frames\":";
