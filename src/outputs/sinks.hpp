@@ -122,6 +122,16 @@ std::unique_ptr<sink> make_trace_sink(const std::string& path, failure_reporter 
 std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns,
                                            failure_reporter report, std::string* error);
 
+/// How an op's device figures are keyed: the event log's `op` line names the device and its
+/// figures `used_before`/`used_after`; the trace's args leave the device out (the slice's track
+/// says the thread) and say `device_used_before`/`device_used_after`.
+enum class op_keys { event_log, trace };
+
+/// Appends what an op's JSON writers share after its bytes: `,"allocs":..,"frees":..,"exception":..`,
+/// then what was queried (the device's used bytes at entry and exit, the pool's deltas, the
+/// framework's deltas). Format: docs/formats.md.
+void append_op_outcome(std::string& out, const op_result& op, op_keys keys);
+
 /// The human line for an operation: "[gpuguard] forward: +512.0 MiB (peak +768.0 MiB, 3 allocs) 12.4 ms".
 std::string op_line(const op_result& op);
 
