@@ -69,24 +69,7 @@ class jsonl_sink final : public sink {
     append_field(out, "free_bytes", op.free_bytes);
     append_field(out, "net_bytes", op.net_bytes);
     append_field(out, "peak_bytes", op.peak_bytes);
-    append_field(out, "allocs", op.allocs);
-    append_field(out, "frees", op.frees);
-    out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
-    if (op.device_queried) {
-      append_field(out, "device", op.device);
-      append_field(out, "used_before", op.used_before);
-      append_field(out, "used_after", op.used_after);
-      if (op.pool_queried) {
-        append_field(out, "pool_reserved_delta", op.pool_reserved_delta);
-        append_field(out, "pool_used_delta", op.pool_used_delta);
-      }
-    }
-    if (op.framework != nullptr) {
-      if (!op.device_queried) { append_field(out, "device", op.device); }
-      append_string_field(out, "framework", op.framework);
-      append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
-      append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
-    }
+    append_op_outcome(out, op, op_keys::event_log);
     end();
   }
 
@@ -170,21 +153,16 @@ class jsonl_sink final : public sink {
   void finish(const end_info& last, const run_totals& /*totals*/) override {
     if (last.stacks_on) {
       std::string& out = begin("sites", last.time_ns);
-      out += last.sites_sampled ? ",\"sampled\":true,\"sites\":[" : ",\"sampled\":false,\"sites\":[";
-      bool first = true;
-      for (const resolved_site& site : last.sites) {
-        out += first ? "{\"site\":" : ",{\"site\":";
-        first = false;
-        append_uint(out, site.totals.site);
-        append_field(out, "allocs", site.totals.allocations);
-        append_field(out, "bytes", site.totals.bytes);
-        out += ",\"raw_sites\":";
-        append_uint_array(out, site.raw_sites);
-        out += ",\"frames\":";
-        append_frames(out, site.frames);
-        out += '}';
-      }
-      out += ']';
+      append_field(out, "sampled", last.sites_sampled);
+      out += ",\"sites\":";
+      append_array(out, last.sites, [](std::string& text, const resolved_site& site) {
+        text += "{\"site\":";
+        append_uint(text, site.totals.site);
+        append_field(text, "allocs", site.totals.allocations);
+        append_field(text, "bytes", site.totals.bytes);
+        append_site_stack(text, site.raw_sites, site.frames);
+        text += '}';
+      });
       end();
     }
     if (last.leaks != nullptr) {
@@ -193,10 +171,7 @@ class jsonl_sink final : public sink {
       append_field(out, "total_count", last.leaks->count);
       out += ",\"sites\":";
       append_leak_sites(out, last.leaks->sites);
-      append_field(out, "held_bytes", last.leaks->held_bytes);
-      append_field(out, "held_count", last.leaks->held_count);
-      out += ",\"held\":";
-      append_leak_sites(out, last.leaks->held);
+      append_held(out, *last.leaks);
       end();
     }
     std::string& out = begin("end", last.time_ns);
@@ -228,6 +203,28 @@ class jsonl_sink final : public sink {
 };
 
 }  // namespace
+
+void append_op_outcome(std::string& out, const op_result& op, op_keys keys) {
+  const bool event_log = keys == op_keys::event_log;
+  append_field(out, "allocs", op.allocs);
+  append_field(out, "frees", op.frees);
+  append_field(out, "exception", op.exception);
+  if (op.device_queried) {
+    if (event_log) { append_field(out, "device", op.device); }
+    append_field(out, event_log ? "used_before" : "device_used_before", op.used_before);
+    append_field(out, event_log ? "used_after" : "device_used_after", op.used_after);
+    if (op.pool_queried) {
+      append_field(out, "pool_reserved_delta", op.pool_reserved_delta);
+      append_field(out, "pool_used_delta", op.pool_used_delta);
+    }
+  }
+  if (op.framework != nullptr) {
+    if (event_log && !op.device_queried) { append_field(out, "device", op.device); }
+    append_string_field(out, "framework", op.framework);
+    append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
+    append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
+  }
+}
 
 std::unique_ptr<sink> make_jsonl_sink(const std::string& path, failure_reporter report, std::string* error) {
   return opened(std::make_unique<jsonl_sink>(report), error, path);

@@ -17,6 +17,7 @@
 #include "ledger/ledger_internal.hpp"
 #include "outputs/outputs_internal.hpp"
 #include "util/quiet_thread.hpp"
+#include "util/saturating.hpp"
 #include "tracking/report_json.hpp"
 #include "outputs/sinks.hpp"
 #include "outputs/timeline.hpp"
@@ -273,13 +274,8 @@ void handle(output_state& st, const queued_op& item) {
   auto [it, inserted] = st.op_index.try_emplace(name, st.totals.ops.size());
   if (inserted) { st.totals.ops.emplace_back(name, detail::op_totals{}); }
   detail::op_totals& t = st.totals.ops[it->second].second;
-  ++t.calls;
-  t.alloc_bytes += op.alloc_bytes;
-  t.free_bytes += op.free_bytes;
-  t.max_peak_bytes = std::max(t.max_peak_bytes, op.peak_bytes);
-  t.last_net_bytes = op.net_bytes;
-  t.duration_ns += op.duration_ns;
-  t.exceptions += op.exception ? 1 : 0;
+  t.add(op.duration_ns, detail::to_int64_saturated(op.alloc_bytes), detail::to_int64_saturated(op.free_bytes),
+        detail::to_int64_saturated(op.peak_bytes), op.net_bytes, op.exception);
   check_op_alert(st, op);
   st.written.fetch_add(1, std::memory_order_relaxed);
 }

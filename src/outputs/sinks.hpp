@@ -11,6 +11,7 @@
 
 #include "ledger/ledger_internal.hpp"
 #include "outputs/timeline.hpp"
+#include "util/op_totals.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -54,17 +55,6 @@ struct mem_sample {
   std::size_t total_bytes = 0;
 };
 
-/// Per-operation totals since the start, for sinks that summarise (Prometheus).
-struct op_totals {
-  std::uint64_t calls = 0;
-  std::uint64_t alloc_bytes = 0;
-  std::uint64_t free_bytes = 0;
-  std::uint64_t max_peak_bytes = 0;
-  std::int64_t last_net_bytes = 0;
-  std::int64_t duration_ns = 0;
-  std::uint64_t exceptions = 0;
-};
-
 /// A site with its totals and resolved frames, for the `sites` line.
 struct resolved_site {
   site_total totals;
@@ -86,7 +76,7 @@ struct end_info {
 
 /// Figures that summarising sinks read when they write (owned by the writer).
 struct run_totals {
-  std::vector<std::pair<std::string, op_totals>> ops;  ///< by name, in first-seen order
+  std::vector<std::pair<std::string, op_totals>> ops;  ///< per operation since the start, by name, in first-seen order
   std::vector<mem_sample> last_samples;                ///< latest per device
   std::uint64_t alerts[3] = {};                        ///< by alert_kind
   std::uint64_t dropped = 0;
@@ -131,6 +121,16 @@ std::unique_ptr<sink> make_jsonl_sink(const std::string& path, failure_reporter 
 std::unique_ptr<sink> make_trace_sink(const std::string& path, failure_reporter report, std::string* error);
 std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns,
                                            failure_reporter report, std::string* error);
+
+/// How an op's device figures are keyed: the event log's `op` line names the device and its
+/// figures `used_before`/`used_after`; the trace's args leave the device out (the slice's track
+/// says the thread) and say `device_used_before`/`device_used_after`.
+enum class op_keys { event_log, trace };
+
+/// Appends what an op's JSON writers share after its bytes: `,"allocs":..,"frees":..,"exception":..`,
+/// then what was queried (the device's used bytes at entry and exit, the pool's deltas, the
+/// framework's deltas). Format: docs/formats.md.
+void append_op_outcome(std::string& out, const op_result& op, op_keys keys);
 
 /// The human line for an operation: "[gpuguard] forward: +512.0 MiB (peak +768.0 MiB, 3 allocs) 12.4 ms".
 std::string op_line(const op_result& op);

@@ -61,22 +61,7 @@ class trace_sink final : public sink {
     append_field(out, "peak_bytes", op.peak_bytes);
     append_field(out, "alloc_bytes", op.alloc_bytes);
     append_field(out, "free_bytes", op.free_bytes);
-    append_field(out, "allocs", op.allocs);
-    append_field(out, "frees", op.frees);
-    out += op.exception ? ",\"exception\":true" : ",\"exception\":false";
-    if (op.device_queried) {
-      append_field(out, "device_used_before", op.used_before);
-      append_field(out, "device_used_after", op.used_after);
-      if (op.pool_queried) {
-        append_field(out, "pool_reserved_delta", op.pool_reserved_delta);
-        append_field(out, "pool_used_delta", op.pool_used_delta);
-      }
-    }
-    if (op.framework != nullptr) {
-      append_string_field(out, "framework", op.framework);
-      append_field(out, "framework_allocated_delta", op.framework_allocated_delta);
-      append_field(out, "framework_reserved_delta", op.framework_reserved_delta);
-    }
+    append_op_outcome(out, op, op_keys::trace);
     out += "}}";
     file_.maybe_flush();
   }

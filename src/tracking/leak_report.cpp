@@ -194,10 +194,7 @@ bool write_leak_json(const std::string& path, const leak_report& report, std::st
   detail::append_device_counters(json, report.devices);
   json += ",\"sites\":";
   detail::append_leak_sites(json, report.sites);
-  detail::append_field(json, "held_bytes", report.held_bytes);
-  detail::append_field(json, "held_count", report.held_count);
-  json += ",\"held\":";
-  detail::append_leak_sites(json, report.held);
+  detail::append_held(json, report);
   json += ",\"misuse\":";
   detail::append_misuse(json, report.misuse);
   json += "}\n";

@@ -8,40 +8,38 @@
 namespace gpuguard::detail {
 
 void append_frames(std::string& out, const std::vector<frame_info>& frames) {
-  out += '[';
-  bool first = true;
-  for (const frame_info& frame : frames) {
-    out += first ? "" : ",";
-    first = false;
+  append_array(out, frames, [](std::string& text, const frame_info& frame) {
     char address[32];
     std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(frame.address));
-    out += "{\"address\":\"";
-    out += address;
-    out += "\",\"function\":";
-    append_json_string(out, frame.function);
-    append_string_field(out, "file", frame.file);
-    append_field(out, "line", frame.line);
-    out += '}';
-  }
-  out += ']';
+    text += "{\"address\":\"";
+    text += address;
+    text += "\",\"function\":";
+    append_json_string(text, frame.function);
+    append_string_field(text, "file", frame.file);
+    append_field(text, "line", frame.line);
+    text += '}';
+  });
+}
+
+void append_site_stack(std::string& out, const std::vector<site_id>& raw_sites, const std::vector<frame_info>& frames) {
+  out += ",\"raw_sites\":";
+  append_uint_array(out, raw_sites);
+  out += ",\"frames\":";
+  append_frames(out, frames);
 }
 
 void append_device_counters(std::string& out, const std::vector<std::pair<int, counters>>& devices) {
-  out += '[';
-  bool first = true;
-  for (const auto& [device, c] : devices) {
-    out += first ? "" : ",";
-    first = false;
-    out += "{\"device\":";
-    append_int(out, device);
-    append_field(out, "current_bytes", c.current_bytes);
-    append_field(out, "peak_bytes", c.peak_bytes);
-    append_field(out, "total_bytes", c.total_bytes);
-    append_field(out, "allocations", c.allocations);
-    append_field(out, "frees", c.frees);
-    out += '}';
-  }
-  out += ']';
+  append_array(out, devices, [](std::string& text, const std::pair<int, counters>& device) {
+    const counters& c = device.second;
+    text += "{\"device\":";
+    append_int(text, device.first);
+    append_field(text, "current_bytes", c.current_bytes);
+    append_field(text, "peak_bytes", c.peak_bytes);
+    append_field(text, "total_bytes", c.total_bytes);
+    append_field(text, "allocations", c.allocations);
+    append_field(text, "frees", c.frees);
+    text += '}';
+  });
 }
 
 void append_misuse(std::string& out, const misuse_counts& m) {
@@ -54,24 +52,23 @@ void append_misuse(std::string& out, const misuse_counts& m) {
 }
 
 void append_leak_sites(std::string& out, const std::vector<leak_site>& sites) {
-  out += '[';
-  bool first = true;
-  for (const leak_site& site : sites) {
-    out += first ? "" : ",";
-    first = false;
-    out += "{\"site\":";
-    append_uint(out, site.site);
-    append_field(out, "device", site.device);
-    append_string_field(out, "tag", site.tag);
-    append_field(out, "bytes", site.bytes);
-    append_field(out, "count", site.count);
-    out += ",\"raw_sites\":";
-    append_uint_array(out, site.raw_sites);
-    out += ",\"frames\":";
-    append_frames(out, site.frames);
-    out += '}';
-  }
-  out += ']';
+  append_array(out, sites, [](std::string& text, const leak_site& site) {
+    text += "{\"site\":";
+    append_uint(text, site.site);
+    append_field(text, "device", site.device);
+    append_string_field(text, "tag", site.tag);
+    append_field(text, "bytes", site.bytes);
+    append_field(text, "count", site.count);
+    append_site_stack(text, site.raw_sites, site.frames);
+    text += '}';
+  });
+}
+
+void append_held(std::string& out, const leak_report& report) {
+  append_field(out, "held_bytes", report.held_bytes);
+  append_field(out, "held_count", report.held_count);
+  out += ",\"held\":";
+  append_leak_sites(out, report.held);
 }
 
 }  // namespace gpuguard::detail

@@ -42,15 +42,23 @@ inline void append_string_field(std::string& out, std::string_view name, std::st
   append_json_string(out, text);
 }
 
+/// Appends `[item,item,...]`, each item written by `append_item(out, item)`.
+template <class Items, class AppendItem>
+void append_array(std::string& out, const Items& items, AppendItem append_item) {
+  out += '[';
+  bool first = true;
+  for (const auto& item : items) {
+    if (!first) { out += ','; }
+    first = false;
+    append_item(out, item);
+  }
+  out += ']';
+}
+
 /// Appends `[1,2,3]`.
 template <class Unsigned>
 void append_uint_array(std::string& out, const std::vector<Unsigned>& values) {
-  out += '[';
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i != 0) { out += ','; }
-    append_uint(out, values[i]);
-  }
-  out += ']';
+  append_array(out, values, [](std::string& text, Unsigned value) { append_uint(text, value); });
 }
 
 }  // namespace gpuguard::detail

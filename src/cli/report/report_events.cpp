@@ -124,17 +124,42 @@ class fields {
   std::string error_;
 };
 
-// An integer field of a record: its name in the log, where it goes, what it may hold.
+// A field of a record: its name in the log and where it goes, an integer (with what it may hold),
+// a string or a number. A record's plain fields are a table of these, read in its order (the first
+// thing wrong is the reason given).
 template <typename Record>
-struct number_field {
+struct record_field {
+  constexpr record_field(const char* field_name, std::int64_t Record::*to, number_kind what = number_kind::count)
+      : name(field_name), integer(to), kind(what) {}
+  constexpr record_field(const char* field_name, std::string Record::*to) : name(field_name), text(to) {}
+  constexpr record_field(const char* field_name, double Record::*to) : name(field_name), real(to) {}
+
   const char* name;
-  std::int64_t Record::*member;
+  std::int64_t Record::*integer = nullptr;
   number_kind kind = number_kind::count;
+  std::string Record::*text = nullptr;
+  double Record::*real = nullptr;
 };
 
 template <typename Record, std::size_t N>
-void read_numbers(fields& f, Record& record, const number_field<Record> (&table)[N]) {
-  for (const number_field<Record>& field : table) { record.*field.member = f.number(field.name, field.kind); }
+void read_fields(fields& f, Record& record, const record_field<Record> (&table)[N]) {
+  for (const record_field<Record>& field : table) {
+    if (field.integer != nullptr) {
+      record.*field.integer = f.number(field.name, field.kind);
+    } else if (field.text != nullptr) {
+      record.*field.text = f.string(field.name);
+    } else {
+      record.*field.real = f.real(field.name);
+    }
+  }
+}
+
+// A record whose fields are all in `table`, read from `f`.
+template <typename Record, std::size_t N>
+Record read_record(fields& f, const record_field<Record> (&table)[N]) {
+  Record record;
+  read_fields(f, record, table);
+  return record;
 }
 
 // The objects of the array field `name` of `parent`, each read by `read_one(fields&)` into a Row;
@@ -169,15 +194,11 @@ kept_rows<Row> read_rows(fields& parent, std::string_view name, std::size_t keep
 }
 
 // A site's stack: [{address, function, file, line}], innermost first.
+constexpr record_field<frame> frame_fields[] = {
+    {"address", &frame::address}, {"function", &frame::function}, {"file", &frame::file}, {"line", &frame::line}};
+
 std::vector<frame> read_frames(fields& site) {
-  return read_rows<frame>(site, "frames", max_frames_kept, [](fields& f) {
-           frame one;
-           one.address = f.string("address");
-           one.function = f.string("function");
-           one.file = f.string("file");
-           one.line = f.count("line");
-           return one;
-         }).rows;
+  return read_rows<frame>(site, "frames", max_frames_kept, [](fields& f) { return read_record(f, frame_fields); }).rows;
 }
 
 // `stack_backend`, optional on start, sites, leaks and end: "" when absent.
@@ -185,17 +206,17 @@ std::string read_backend(fields& f) { return f.optional_string("stack_backend").
 
 // ---- one reader per event type -----------------------------------------------------------------
 
-constexpr number_field<mem_event> mem_numbers[] = {{"device", &mem_event::device, number_kind::device},
+constexpr record_field<mem_event> mem_fields[] = {{"device", &mem_event::device, number_kind::device},
                                                    {"live_bytes", &mem_event::live_bytes},
                                                    {"peak_bytes", &mem_event::peak_bytes},
                                                    {"allocations", &mem_event::allocations},
                                                    {"frees", &mem_event::frees}};
-constexpr number_field<alloc_event> alloc_numbers[] = {{"device", &alloc_event::device, number_kind::device},
+constexpr record_field<alloc_event> alloc_fields[] = {{"device", &alloc_event::device, number_kind::device},
                                                        {"bytes", &alloc_event::bytes},
                                                        {"live_bytes", &alloc_event::live_bytes},
                                                        {"site", &alloc_event::site},
                                                        {"thread", &alloc_event::thread}};
-constexpr number_field<mem_step_event> mem_step_numbers[] = {{"end", &mem_step_event::end},
+constexpr record_field<mem_step_event> mem_step_fields[] = {{"end", &mem_step_event::end},
                                                              {"device", &mem_step_event::device, number_kind::device},
                                                              {"end_bytes", &mem_step_event::end_bytes},
                                                              {"min_bytes", &mem_step_event::min_bytes},
@@ -203,7 +224,7 @@ constexpr number_field<mem_step_event> mem_step_numbers[] = {{"end", &mem_step_e
                                                              {"max_bytes", &mem_step_event::max_bytes},
                                                              {"max_t", &mem_step_event::max_t},
                                                              {"allocs", &mem_step_event::allocs}};
-constexpr number_field<op_event> op_numbers[] = {{"thread", &op_event::thread},
+constexpr record_field<op_event> op_fields[] = {{"thread", &op_event::thread},
                                                  {"depth", &op_event::depth},
                                                  {"dur", &op_event::dur},
                                                  {"alloc_bytes", &op_event::alloc_bytes},
@@ -212,23 +233,52 @@ constexpr number_field<op_event> op_numbers[] = {{"thread", &op_event::thread},
                                                  {"peak_bytes", &op_event::peak_bytes},
                                                  {"allocs", &op_event::allocs},
                                                  {"frees", &op_event::frees}};
-constexpr number_field<end_device> end_device_numbers[] = {{"device", &end_device::device, number_kind::device},
+constexpr record_field<end_device> end_device_fields[] = {{"device", &end_device::device, number_kind::device},
                                                            {"current_bytes", &end_device::current_bytes},
                                                            {"peak_bytes", &end_device::peak_bytes},
                                                            {"total_bytes", &end_device::total_bytes},
                                                            {"allocations", &end_device::allocations},
                                                            {"frees", &end_device::frees}};
-constexpr number_field<crash_device> crash_device_numbers[] = {{"device", &crash_device::device, number_kind::device},
+constexpr record_field<crash_device> crash_device_fields[] = {{"device", &crash_device::device, number_kind::device},
                                                                {"live_bytes", &crash_device::live_bytes},
                                                                {"live_count", &crash_device::live_count},
                                                                {"peak_bytes", &crash_device::peak_bytes}};
+constexpr record_field<start_event> start_fields[] = {
+    {"pid", &start_event::pid}, {"program", &start_event::program}, {"unix_ns", &start_event::unix_ns}};
+constexpr record_field<device_event> device_fields[] = {
+    {"device", &device_event::device, number_kind::device}, {"name", &device_event::name}, {"total_bytes", &device_event::total_bytes}};
+constexpr record_field<thread_event> thread_fields[] = {
+    {"thread", &thread_event::thread}, {"tid", &thread_event::tid}, {"name", &thread_event::name}};
+constexpr record_field<alert_event> alert_fields[] = {
+    {"kind", &alert_event::kind}, {"suppressed", &alert_event::suppressed}, {"message", &alert_event::message}};
+constexpr record_field<op_growth_alert> op_growth_fields[] = {{"name", &op_growth_alert::name},
+                                                              {"thread", &op_growth_alert::thread},
+                                                              {"net_bytes", &op_growth_alert::net_bytes, number_kind::integer},
+                                                              {"limit_bytes", &op_growth_alert::limit_bytes}};
+constexpr record_field<device_fill_alert> device_fill_fields[] = {{"device", &device_fill_alert::device, number_kind::device},
+                                                                  {"fraction", &device_fill_alert::fraction},
+                                                                  {"threshold", &device_fill_alert::threshold},
+                                                                  {"used_bytes", &device_fill_alert::used_bytes},
+                                                                  {"total_bytes", &device_fill_alert::total_bytes}};
+constexpr record_field<dropped_event> dropped_fields[] = {{"count", &dropped_event::count}, {"total", &dropped_event::total}};
+constexpr record_field<site_row> site_row_fields[] = {
+    {"site", &site_row::site}, {"allocs", &site_row::allocs}, {"bytes", &site_row::bytes}};
+constexpr record_field<leak_row> leak_row_fields[] = {{"site", &leak_row::site},
+                                                      {"device", &leak_row::device, number_kind::device},
+                                                      {"tag", &leak_row::tag},
+                                                      {"bytes", &leak_row::bytes},
+                                                      {"count", &leak_row::count}};
+constexpr record_field<end_event> end_fields[] = {{"reason", &end_event::reason}, {"dropped", &end_event::dropped}};
+constexpr record_field<crash_event> crash_fields[] = {{"signal", &crash_event::signal},
+                                                      {"code", &crash_event::code, number_kind::integer},
+                                                      {"address", &crash_event::address},
+                                                      {"thread", &crash_event::thread},
+                                                      {"crash_file", &crash_event::crash_file}};
 
 start_event read_start(fields& f) {
   start_event e;
   const std::string schema = f.string("schema");
-  e.pid = f.count("pid");
-  e.program = f.string("program");
-  e.unix_ns = f.count("unix_ns");
+  read_fields(f, e, start_fields);
   e.stack_backend = read_backend(f);
   // Quoted as JSON: the log's own text must not add lines (or terminal escapes) to stderr.
   if (f.ok() && schema != "gpuguard.events") {
@@ -237,25 +287,9 @@ start_event read_start(fields& f) {
   return e;
 }
 
-device_event read_device(fields& f) {
-  device_event e;
-  e.device = f.device("device");
-  e.name = f.string("name");
-  e.total_bytes = f.count("total_bytes");
-  return e;
-}
-
-thread_event read_thread(fields& f) {
-  thread_event e;
-  e.thread = f.count("thread");
-  e.tid = f.count("tid");
-  e.name = f.string("name");
-  return e;
-}
-
 mem_event read_mem(fields& f) {
   mem_event e;
-  read_numbers(f, e, mem_numbers);
+  read_fields(f, e, mem_fields);
   e.used_bytes = f.optional_number("used_bytes", number_kind::count);
   e.total_bytes = f.optional_number("total_bytes", number_kind::count);
   if (f.ok() && e.used_bytes.has_value() != e.total_bytes.has_value()) {
@@ -268,7 +302,7 @@ alloc_event read_alloc(fields& f, bool alloc) {
   alloc_event e;
   e.alloc = alloc;
   const std::string address = f.string("address");
-  read_numbers(f, e, alloc_numbers);
+  read_fields(f, e, alloc_fields);
   if (f.ok() && (address.rfind("0x", 0) != 0 || !detail::parse_hex(address, e.address))) {
     f.set_error("field \"address\" must be a hexadecimal address (\"0x...\"), not " +
                 detail::json_string(address.substr(0, 40)));
@@ -278,7 +312,7 @@ alloc_event read_alloc(fields& f, bool alloc) {
 
 mem_step_event read_mem_step(fields& f) {
   mem_step_event e;
-  read_numbers(f, e, mem_step_numbers);
+  read_fields(f, e, mem_step_fields);
   static_cast<void>(f.count("start_bytes"));  // checked, not drawn: the line before ends there
   static_cast<void>(f.count("frees"));
   if (f.ok() && e.min_bytes > e.max_bytes) { f.set_error("field \"min_bytes\" is above \"max_bytes\""); }
@@ -288,7 +322,7 @@ mem_step_event read_mem_step(fields& f) {
 op_event read_op(fields& f) {
   op_event e;
   e.name = f.string("name");
-  read_numbers(f, e, op_numbers);
+  read_fields(f, e, op_fields);
   e.exception = f.boolean("exception");
   e.device = f.optional_number("device", number_kind::device);
   if (e.device) {
@@ -299,35 +333,16 @@ op_event read_op(fields& f) {
 }
 
 alert_event read_alert(fields& f) {
-  alert_event e;
-  e.kind = f.string("kind");
-  e.suppressed = f.count("suppressed");
-  e.message = f.string("message");
+  alert_event e = read_record(f, alert_fields);
   if (!f.ok()) { return e; }
   if (e.kind == "op_growth") {
-    op_growth_alert& g = e.op_growth.emplace();
-    g.name = f.string("name");
-    g.thread = f.count("thread");
-    g.net_bytes = f.number("net_bytes", number_kind::integer);
-    g.limit_bytes = f.count("limit_bytes");
+    e.op_growth = read_record(f, op_growth_fields);
   } else if (e.kind == "device_full" || e.kind == "device_recovered") {
-    device_fill_alert& d = e.device_fill.emplace();
-    d.device = f.device("device");
-    d.fraction = f.real("fraction");
-    d.threshold = f.real("threshold");
-    d.used_bytes = f.count("used_bytes");
-    d.total_bytes = f.count("total_bytes");
+    e.device_fill = read_record(f, device_fill_fields);
   } else {
     // A kind this reader does not know: shown with its message only.
     e.device = f.optional_number("device", number_kind::device);
   }
-  return e;
-}
-
-dropped_event read_dropped(fields& f) {
-  dropped_event e;
-  e.count = f.count("count");
-  e.total = f.count("total");
   return e;
 }
 
@@ -352,10 +367,7 @@ sites_event read_sites(fields& f) {
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
   kept_rows<site_row> rows = read_rows<site_row>(f, "sites", max_sites_kept, [](fields& s) {
-    site_row row;
-    row.site = s.count("site");
-    row.allocs = s.count("allocs");
-    row.bytes = s.count("bytes");
+    site_row row = read_record(s, site_row_fields);
     row.frames = read_frames(s);
     row.raw_sites = read_raw_sites(s);
     return row;
@@ -372,12 +384,7 @@ leaks_event read_leaks(fields& f) {
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
   kept_rows<leak_row> rows = read_rows<leak_row>(f, "sites", max_leak_sites_kept, [](fields& s) {
-    leak_row row;
-    row.site = s.count("site");
-    row.device = s.device("device");
-    row.tag = s.string("tag");
-    row.bytes = s.count("bytes");
-    row.count = s.count("count");
+    leak_row row = read_record(s, leak_row_fields);
     row.frames = read_frames(s);
     return row;
   });
@@ -387,17 +394,13 @@ leaks_event read_leaks(fields& f) {
 }
 
 end_event read_end(fields& f) {
-  end_event e;
-  e.reason = f.string("reason");
-  e.dropped = f.count("dropped");
+  end_event e = read_record(f, end_fields);
   const json* misuse = f.object("misuse");
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
-  e.devices = read_rows<end_device>(f, "devices", std::numeric_limits<std::size_t>::max(), [](fields& d) {
-                end_device row;
-                read_numbers(d, row, end_device_numbers);
-                return row;
-              }).rows;
+  e.devices = read_rows<end_device>(f, "devices", std::numeric_limits<std::size_t>::max(),
+                                    [](fields& d) { return read_record(d, end_device_fields); })
+                  .rows;
   fields counts(*misuse, "misuse.");
   for (const auto& [name, value] : misuse->items()) {
     const std::int64_t n = counts.count(name);
@@ -409,32 +412,25 @@ end_event read_end(fields& f) {
 }
 
 crash_event read_crash(fields& f) {
-  crash_event e;
-  e.signal = f.string("signal");
-  e.code = f.number("code", number_kind::integer);
-  e.address = f.string("address");
-  e.thread = f.count("thread");
-  e.crash_file = f.string("crash_file");
+  crash_event e = read_record(f, crash_fields);
   if (!f.ok()) { return e; }
-  e.devices = read_rows<crash_device>(f, "devices", std::numeric_limits<std::size_t>::max(), [](fields& d) {
-                crash_device row;
-                read_numbers(d, row, crash_device_numbers);
-                return row;
-              }).rows;
+  e.devices = read_rows<crash_device>(f, "devices", std::numeric_limits<std::size_t>::max(),
+                                      [](fields& d) { return read_record(d, crash_device_fields); })
+                  .rows;
   return e;
 }
 
 // The body of an event of `type`, read from `f` (whose error says what is wrong, if anything).
 event_body read_body(std::string_view type, fields& f) {
   if (type == "start") { return read_start(f); }
-  if (type == "device") { return read_device(f); }
-  if (type == "thread") { return read_thread(f); }
+  if (type == "device") { return read_record(f, device_fields); }
+  if (type == "thread") { return read_record(f, thread_fields); }
   if (type == "mem") { return read_mem(f); }
   if (type == "alloc" || type == "free") { return read_alloc(f, type == "alloc"); }
   if (type == "mem_step") { return read_mem_step(f); }
   if (type == "op") { return read_op(f); }
   if (type == "alert") { return read_alert(f); }
-  if (type == "dropped") { return read_dropped(f); }
+  if (type == "dropped") { return read_record(f, dropped_fields); }
   if (type == "sites") { return read_sites(f); }
   if (type == "leaks") { return read_leaks(f); }
   if (type == "end") { return read_end(f); }

@@ -3,6 +3,8 @@
 #include "report/report_page_data.hpp"
 
 #include "json.hpp"
+#include "util/op_totals.hpp"
+#include "util/saturating.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -20,8 +22,10 @@ namespace gpuguard::cli::report {
 
 namespace {
 
+using detail::add_saturated;
+using detail::op_totals;
+
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
-constexpr std::int64_t int64_min = std::numeric_limits<std::int64_t>::min();
 constexpr std::size_t max_unknown_types = 50;
 // Threads whose bands are kept while reading, and threads given a lane in the page (the busiest).
 // gpuguard numbers threads 1, 2, ...; only a broken or hostile log comes near these.
@@ -35,13 +39,6 @@ constexpr std::size_t max_devices_kept = 256;
 // each; past it (a hostile log, or a program with more live allocations than this), further ones
 // are counted, not drawn.
 constexpr std::size_t max_open_allocations = std::size_t{1} << 20;
-
-// Sums of byte counts from a hostile log must not overflow (undefined behaviour for int64).
-std::int64_t add_saturated(std::int64_t a, std::int64_t b) noexcept {
-  if (b > 0 && a > int64_max - b) { return int64_max; }
-  if (b < 0 && a < int64_min - b) { return int64_min; }
-  return a + b;
-}
 
 // ---- downsampling ------------------------------------------------------------------------------
 
@@ -234,26 +231,6 @@ struct thread_state {
   bool thinned = false;
 };
 
-struct op_stats {
-  std::int64_t calls = 0;
-  std::int64_t total_dur = 0;
-  std::int64_t max_dur = 0;
-  std::int64_t total_alloc = 0;
-  std::int64_t max_peak = 0;
-  std::int64_t total_net = 0;
-  std::int64_t exceptions = 0;
-
-  void add(const op_event& op) {
-    ++calls;
-    total_dur = add_saturated(total_dur, op.dur);
-    max_dur = std::max(max_dur, op.dur);
-    total_alloc = add_saturated(total_alloc, op.alloc_bytes);
-    max_peak = std::max(max_peak, op.peak_bytes);
-    total_net = add_saturated(total_net, op.net_bytes);
-    if (op.exception) { ++exceptions; }
-  }
-};
-
 // The first and last moment of the run's work: its samples, allocations, frees, steps, operation
 // scopes and alerts. The page's time axis spans it; the exit (which may come long after) is not in it.
 struct time_span {
@@ -410,15 +387,15 @@ json op_json(const op_band& band) {
   return one;
 }
 
-json op_stats_json(std::string_view name, const op_stats& st, bool other) {
+json op_totals_json(std::string_view name, const op_totals& st, bool other) {
   return {{"name", name},
           {"other", other},
           {"calls", st.calls},
-          {"total_dur", st.total_dur},
-          {"max_dur", st.max_dur},
-          {"total_alloc", st.total_alloc},
-          {"max_peak", st.max_peak},
-          {"total_net", st.total_net},
+          {"total_dur", st.duration_ns},
+          {"max_dur", st.max_duration_ns},
+          {"total_alloc", st.alloc_bytes},
+          {"max_peak", st.max_peak_bytes},
+          {"total_net", st.net_bytes},
           {"exceptions", st.exceptions}};
 }
 
@@ -508,8 +485,8 @@ struct page_data::state {
   std::uint64_t op_seq = 0;
   std::size_t op_events = 0;
   std::size_t ops_of_untracked_threads = 0;
-  std::map<std::string, op_stats, std::less<>> op_names;
-  op_stats other_names;
+  std::map<std::string, op_totals, std::less<>> op_names;
+  op_totals other_names;
 
   std::vector<std::pair<std::int64_t, alert_event>> alerts;
   std::size_t alert_events = 0;
@@ -689,13 +666,13 @@ bool page_data::state::fold(const op_event& e, std::int64_t t, std::size_t /*lin
   work.see(t);
   work.see(op_end);
   auto found = op_names.find(e.name);
+  op_totals* totals = &other_names;
   if (found != op_names.end()) {
-    found->second.add(e);
+    totals = &found->second;
   } else if (op_names.size() < limits.max_op_names) {
-    op_names[e.name].add(e);
-  } else {
-    other_names.add(e);
+    totals = &op_names[e.name];
   }
+  totals->add(e.dur, e.alloc_bytes, e.free_bytes, e.peak_bytes, e.net_bytes, e.exception);
   keep_op_band(op_band{op_seq++, t, e});
   return true;
 }
@@ -888,14 +865,14 @@ json page_data::state::threads_json(std::vector<const op_band*>& drawn) const {
 
 // The per-name summary covers every op of the log, thinned or not; longest total time first.
 json page_data::state::op_summary_json() const {
-  std::vector<std::pair<const std::string*, const op_stats*>> names;
+  std::vector<std::pair<const std::string*, const op_totals*>> names;
   for (const auto& entry : op_names) { names.emplace_back(&entry.first, &entry.second); }
   std::stable_sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
-    return a.second->total_dur > b.second->total_dur;
+    return a.second->duration_ns > b.second->duration_ns;
   });
   json summary = json::array();
-  for (const auto& entry : names) { summary.push_back(op_stats_json(*entry.first, *entry.second, false)); }
-  if (other_names.calls > 0) { summary.push_back(op_stats_json("(other names)", other_names, true)); }
+  for (const auto& entry : names) { summary.push_back(op_totals_json(*entry.first, *entry.second, false)); }
+  if (other_names.calls > 0) { summary.push_back(op_totals_json("(other names)", other_names, true)); }
   return summary;
 }
 
