@@ -4,6 +4,7 @@
 // in this PID namespace), shows the residue no visible process accounts for, optionally watches it
 // over time, and with --reap ends orphaned holders through pidfds. See docs/doctor.md.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
@@ -144,7 +145,7 @@ int parse_args(int argc, char** argv, options& o) {
   std::vector<std::string> pids;
   std::string prefix;
   app.add_flag("--json", o.json, "one JSON document per sample, on one line (schema gpuguard.doctor, version 1: "
-                                 "docs/doctor.md)")->disable_flag_override();
+                                 "doctor.md)")->disable_flag_override();
   const CLI::Option* watch_given = app.add_option("--watch", watch, "sample again every SECONDS (decimals allowed) and say "
                                                   "whether the residue shrinks, grows or stays; until interrupted, or --count")
                                        ->type_name("SECONDS");
@@ -162,7 +163,7 @@ int parse_args(int argc, char** argv, options& o) {
   app.add_flag("--no-nvml", o.no_nvml, "do not load NVML")->disable_flag_override();
   const CLI::Option* prometheus_given = app.add_option("--prometheus", o.prometheus, "also write each sample as Prometheus "
                                                        "gauges (gpuguard_doctor_*) to FILE")->type_name("FILE");
-  app.footer(footer);
+  app.footer(footer + docs_line("doctor.md"));
   if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
 
   if (watch_given->count() > 0) {

@@ -2,6 +2,7 @@
 // renders one self-contained HTML page (report_html) and writes it through a temporary file and a
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
@@ -25,7 +26,7 @@ constexpr const char* usage_line = "usage: gpuguard report LOG.jsonl [-o OUTPUT.
 
 constexpr const char* description =
     "Renders a gpuguard JSONL event log (written with GPUGUARD_OPTIONS=jsonl_log=PATH; schema\n"
-    "gpuguard.events version 1, see docs/formats.md) as ONE self-contained HTML page: no network,\n"
+    "gpuguard.events version 1, see formats.md) as ONE self-contained HTML page: no network,\n"
     "no external files; open it in any browser. LOG may be '-' for standard input.\n"
     "\n"
     "The page shows:\n"
@@ -193,7 +194,7 @@ int report_main(int argc, char** argv) {
       app.add_option("-o,--output", output, "where to write the page (default: LOG with .html)")->type_name("PATH");
   const CLI::Option* title_given = app.add_option("--title", title, "the page's title (default: 'gpuguard report: ' and the program's name)")
           ->type_name("TEXT");
-  app.footer(footer);
+  app.footer(footer + docs_line("report.md"));
   if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
   const bool have_log = log_given->count() > 0;
   const bool have_output = output_given->count() > 0;

@@ -3,6 +3,7 @@
 // Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
 // started; 2 for a usage error; 1 when the supervisor itself failed.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
@@ -55,7 +56,7 @@ constexpr const char* description =
     "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
     "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
     "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
-    "    docs/run.md";
+    "    run.md (the last line says where)";
 
 constexpr const char* footer =
     "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
@@ -236,7 +237,7 @@ int run_main(int argc, char** argv) {
   std::string report;
   std::string device_prefix;
   const CLI::Option* grace_given = app.add_option("--grace", grace, "time between SIGTERM and SIGKILL for the leftovers (default 5)")->type_name("SECONDS");
-  const CLI::Option* report_given = app.add_option("--report", report, "write a JSON report (schema gpuguard.run version 1, docs/run.md)")->type_name("PATH");
+  const CLI::Option* report_given = app.add_option("--report", report, "write a JSON report (schema gpuguard.run version 1, run.md)")->type_name("PATH");
   const CLI::Option* prefix_given = app.add_option("--device-prefix", device_prefix,
                  "device files that count as holding a GPU (default /dev/nvidia)")
       ->type_name("PATH")
@@ -249,12 +250,12 @@ int run_main(int argc, char** argv) {
       ->disable_flag_override();
   app.add_flag("--track", track, "track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD")
       ->disable_flag_override();
-  app.add_option("--options", opts.options, "append these items to CMD's GPUGUARD_OPTIONS (docs/options.md)")
+  app.add_option("--options", opts.options, "append these items to CMD's GPUGUARD_OPTIONS (options.md)")
       ->type_name("K=V:...")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
-  app.footer(footer);
+  app.footer(footer + docs_line("run.md"));
   if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
   if (track) { opts.track = true; }
   if (no_cgroup) { opts.cgroup = false; }

@@ -5,6 +5,7 @@
 #include "symbolize/symbolize.hpp"
 
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "json.hpp"
 #include "util/addr2line.hpp"
@@ -223,7 +224,7 @@ int symbolize_main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   app.add_option("CRASH_FILE", path, "the crash record (crash_file=... of GPUGUARD_OPTIONS)")->type_name("");
   app.add_option("--addr2line", addr2line, "the addr2line to run (default: addr2line on PATH)")->type_name("PATH");
-  app.footer(footer);
+  app.footer(footer + docs_line("hooks.md"));
   if (const std::optional<int> rc = parse_command_line(app, words, argc, argv)) { return *rc; }
   if (path.empty()) { return usage_error(words, std::string("no crash file given (") + usage_line + ")"); }
   std::ifstream in(path);
