@@ -1,17 +1,18 @@
 # Finds Torch for the LibTorch adapter and adds adapters/torch. Sets GPUGUARD_HAVE_TORCH and
 # GPUGUARD_TORCH_WHY (for the configure summary). GPUGUARD_WITH_TORCH=ON makes a missing Torch fatal.
-if(NOT Torch_DIR AND NOT DEFINED CACHE{GPUGUARD_TORCH_PREFIX})
-  find_package(Python3 COMPONENTS Interpreter QUIET)
-  set(gpuguard_torch_prefix "")
-  if(Python3_Interpreter_FOUND)
-    execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
-                    OUTPUT_VARIABLE gpuguard_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
-                    ERROR_QUIET RESULT_VARIABLE gpuguard_torch_rc TIMEOUT 120)
-    if(NOT gpuguard_torch_rc EQUAL 0)
-      set(gpuguard_torch_prefix "")
-    endif()
+# The tests' Python (Python3_EXECUTABLE: the virtual environment scripts/deps.sh makes) is asked
+# where its torch keeps Torch's CMake config; asked again when that Python changes or had none.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(NOT Torch_DIR AND Python3_Interpreter_FOUND AND
+   (NOT GPUGUARD_TORCH_PREFIX OR NOT "${Python3_EXECUTABLE}" STREQUAL "${GPUGUARD_TORCH_PREFIX_PYTHON}"))
+  execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE gpuguard_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                  ERROR_QUIET RESULT_VARIABLE gpuguard_torch_rc TIMEOUT 120)
+  if(NOT gpuguard_torch_rc EQUAL 0)
+    set(gpuguard_torch_prefix "")
   endif()
-  set(GPUGUARD_TORCH_PREFIX "${gpuguard_torch_prefix}" CACHE PATH "Where Torch's CMake config was looked for (from python3's torch)")
+  set(GPUGUARD_TORCH_PREFIX "${gpuguard_torch_prefix}" CACHE PATH "Where Torch's CMake config was looked for (from Python3_EXECUTABLE's torch)" FORCE)
+  set(GPUGUARD_TORCH_PREFIX_PYTHON "${Python3_EXECUTABLE}" CACHE INTERNAL "the Python GPUGUARD_TORCH_PREFIX came from")
 endif()
 if(GPUGUARD_TORCH_PREFIX)
   list(APPEND CMAKE_PREFIX_PATH "${GPUGUARD_TORCH_PREFIX}")
