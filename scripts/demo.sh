@@ -2,16 +2,21 @@
 # Builds and runs the gpuguard demo: a training-like loop with operation scopes and a planted
 # leak, then renders its event log as one HTML page. With a GPU it runs on the GPU; without one it
 # says so and runs what it can on host memory. Installs only what the demo needs (scripts/deps.sh
-# demo) and builds only the demo and the `gpuguard` command: no tests, benchmarks or Torch.
-# usage: scripts/demo.sh [BUILD_DIR]   (default: build)
+# demo) and builds gpuguard without tests, benchmarks or Torch: the library, the `gpuguard` command,
+# its interposer and the examples, the demo among them. That is everything `cmake --install` puts
+# in place, so the same tree installs right after: cmake --install BUILD_DIR --prefix PREFIX.
+# usage: scripts/demo.sh [BUILD_DIR] [CMAKE_ARGS...]   (default: build)
+#   CMAKE_ARGS go to CMake after the script's own, so they win, e.g.
+#   scripts/demo.sh build -DCMAKE_CUDA_ARCHITECTURES=80
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-"$root/build"}
+build="$root/build"
+if [ $# -gt 0 ] && [[ $1 != -* ]]; then build=$1; shift; fi
 "$root/scripts/deps.sh" demo
 . "$root/scripts/env.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGPUGUARD_BUILD_TESTS=OFF -DGPUGUARD_BUILD_BENCHMARKS=OFF -DGPUGUARD_WITH_TORCH=OFF >/dev/null
-cmake --build "$build" --target gpuguard_demo gpuguard_cli
+  -DGPUGUARD_BUILD_TESTS=OFF -DGPUGUARD_BUILD_BENCHMARKS=OFF -DGPUGUARD_WITH_TORCH=OFF "$@" >/dev/null
+cmake --build "$build"
 echo
 log="$build/demo-events.jsonl"
 trace="$build/demo-trace.json"

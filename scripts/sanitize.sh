@@ -9,18 +9,26 @@
 #   tsan  ThreadSanitizer: the core's unit tests, the exit paths (the signal watcher thread, the
 #         exit watchdog, fork), the outputs' writer thread, the ledger under 8 threads, the
 #         interposer's deferred recording (its producer, drainer and readers)
-# usage: scripts/sanitize.sh asan|tsan [BUILD_DIR]   (default: build-asan or build-tsan)
+# usage: scripts/sanitize.sh asan|tsan [BUILD_DIR] [CMAKE_ARGS...]   (default: build-asan or build-tsan)
+#   CMAKE_ARGS go to CMake after the script's own, so they win.
 # Extra ctest arguments can be given in GPUGUARD_SANITIZE_CTEST_ARGS (e.g. "-R core.hooks").
+# The tests' Python modules (jsonschema, prometheus-client; no torch) go into the virtual
+# environment BUILD_DIR/venv, or GPUGUARD_VENV when it is set (CI passes the test step's, which
+# has them already).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:-}
 case "$kind" in
   asan) sanitize=address,undefined ;;
   tsan) sanitize=thread ;;
-  *) echo "usage: scripts/sanitize.sh asan|tsan [BUILD_DIR]" >&2; exit 2 ;;
+  *) echo "usage: scripts/sanitize.sh asan|tsan [BUILD_DIR] [CMAKE_ARGS...]" >&2; exit 2 ;;
 esac
-build=${2:-"$root/build-$kind"}
-"$root/scripts/deps.sh" sanitize
+shift
+build="$root/build-$kind"
+if [ $# -gt 0 ] && [[ $1 != -* ]]; then build=$1; shift; fi
+build=$(realpath -m "$build")
+venv=$(realpath -m "${GPUGUARD_VENV:-$build/venv}")
+"$root/scripts/deps.sh" sanitize "$venv"
 . "$root/scripts/env.sh"
 jobs=$(nproc)
 
@@ -69,7 +77,8 @@ start=$SECONDS
 # read file:line) need.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DGPUGUARD_SANITIZE="$sanitize" -DGPUGUARD_BUILD_TESTS=ON -DGPUGUARD_BUILD_BENCHMARKS=OFF \
-  -DGPUGUARD_BUILD_EXAMPLES=OFF -DGPUGUARD_FUZZ_TESTS=OFF -DGPUGUARD_WITH_TORCH=OFF -DGPUGUARD_ENABLE_CUDA=OFF >/dev/null
+  -DGPUGUARD_BUILD_EXAMPLES=OFF -DGPUGUARD_FUZZ_TESTS=OFF -DGPUGUARD_WITH_TORCH=OFF -DGPUGUARD_ENABLE_CUDA=OFF \
+  -DPython3_EXECUTABLE="$venv/bin/python" "$@" >/dev/null
 echo "sanitize $kind: configured in $((SECONDS - start)) s"
 build_start=$SECONDS
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"

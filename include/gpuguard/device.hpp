@@ -26,17 +26,21 @@ inline std::string no_device_message(const char* call) {
 }  // namespace detail
 
 /**
- * Number of CUDA devices visible to this process.
- * @throws cuda_error whose message starts "no CUDA-capable device is available" when the machine
- *         has no GPU or no driver, and names the call and the CUDA error.
+ * Number of CUDA devices visible to this process. 0 on a machine without a usable GPU (no device,
+ * no driver or the toolkit's stub driver, or `CUDA_VISIBLE_DEVICES` hiding them all), so that a
+ * program can ask before it touches a device; the runtime's last error is cleared then (where there
+ * is no driver at all, the runtime reports that again on every call).
+ * @throws cuda_error for any other failure of cudaGetDeviceCount, naming the call and the error.
  */
 [[nodiscard]] inline int device_count() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status == cudaSuccess) { return count; }
-  detail::throw_cuda_error(status, detail::is_no_device_status(status)
-                                       ? detail::no_device_message("cudaGetDeviceCount")
-                                       : std::string("cudaGetDeviceCount"));
+  if (detail::is_no_device_status(status)) {
+    static_cast<void>(cudaGetLastError());
+    return 0;
+  }
+  detail::throw_cuda_error(status, "cudaGetDeviceCount");
 }
 
 /// True when at least one CUDA device is usable. Never throws.
@@ -47,7 +51,11 @@ inline std::string no_device_message(const char* call) {
   return ok;
 }
 
-/// The calling thread's current device. @throws cuda_error as `device_count` does.
+/**
+ * The calling thread's current device.
+ * @throws cuda_error whose message starts "no CUDA-capable device is available" when the machine
+ *         has no usable GPU, and names the call and the CUDA error.
+ */
 [[nodiscard]] inline int current_device() {
   int device = 0;
   const cudaError_t status = cudaGetDevice(&device);

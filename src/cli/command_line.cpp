@@ -1,5 +1,7 @@
 #include "command_line.hpp"
 
+#include "docs_path.hpp"
+
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -30,7 +32,7 @@ void describe_command(CLI::App& app, const command_help& help) {
   app.description(help.description);
   app.formatter(std::make_shared<usage_formatter>(help.usage_line));
   app.set_help_flag("-h,--help", "this help");
-  app.footer(help.footer);
+  app.footer(help.footer + docs_line(help.doc_page));
 }
 
 int usage_error(const usage_words& words, const std::string& message) {

@@ -48,11 +48,12 @@ struct command_help {
   const char* description;  ///< what the command does, under the usage line
   const char* footer;       ///< details, environment, exit statuses: after the options
   usage_words words;
+  const char* doc_page;     ///< the page of the installed docs that says more ("run.md")
 };
 
-/// Gives `app` the command's name ("gpuguard run"), description, footer, -h/--help, and a help
-/// that opens with the usage line. Call it before adding the options; then parse_command_line(app,
-/// help.words, ...).
+/// Gives `app` the command's name ("gpuguard run"), description, footer (ending with where its
+/// doc page is: docs_path.hpp), -h/--help, and a help that opens with the usage line. Call it
+/// before adding the options; then parse_command_line(app, help.words, ...).
 void describe_command(CLI::App& app, const command_help& help);
 
 /// Says a usage error on stderr, one line, and returns 2.

@@ -2,6 +2,7 @@
 // file and has the signature `int NAME_main(int argc, char** argv)` (argv[0] is the subcommand).
 // Usage errors exit 2 with a message naming the bad input, as docs/design.md's contracts say.
 #include "commands.hpp"
+#include "docs_path.hpp"
 
 #include <cstdio>
 #include <cstring>
@@ -28,7 +29,7 @@ void print_usage(std::FILE* out) {
              "\n"
              "commands:\n", out);
   for (const command& c : commands) { std::fprintf(out, "  %-10s %s\n", c.name, c.summary); }
-  std::fputs("\nDocs: docs/ in the gpuguard repository (outputs.md, hooks.md, run.md, doctor.md, report.md, formats.md, options.md).\n", out);
+  std::fprintf(out, "\nDocs: %s (outputs.md, hooks.md, run.md, doctor.md, report.md, formats.md, options.md)\n", gpuguard::cli::docs_dir().c_str());
 }
 
 }  // namespace

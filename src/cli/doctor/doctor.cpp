@@ -4,6 +4,7 @@
 // in this PID namespace), shows the residue no visible process accounts for, optionally watches it
 // over time, and with --reap ends orphaned holders through pidfds. See docs/doctor.md.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "doctor/doctor_reap.hpp"
 #include "doctor/doctor_report.hpp"
@@ -85,7 +86,8 @@ constexpr command_help help_text{
     "  2  usage error\n"
     "  3  the doctor could not do its job: /proc unreadable, or --reap could not end a target\n"
     "     (a signal failed, a process survived SIGKILL)\n",
-    {"doctor", true, true}};
+    {"doctor", true, true},
+    "doctor.md"};
 
 struct named_pid {
   int pid = 0;
@@ -138,7 +140,7 @@ int parse_args(int argc, char** argv, options& o) {
   std::vector<std::string> pids;
   std::string prefix;
   app.add_flag("--json", o.json, "one JSON document per sample, on one line (schema gpuguard.doctor, version 1: "
-                                 "docs/doctor.md)")->disable_flag_override();
+                                 "doctor.md)")->disable_flag_override();
   const CLI::Option* watch_given = app.add_option("--watch", watch, "sample again every SECONDS (decimals allowed) and say "
                                                   "whether the residue shrinks, grows or stays; until interrupted, or --count")
                                        ->type_name("SECONDS");

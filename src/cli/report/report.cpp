@@ -3,6 +3,7 @@
 // self-contained HTML page (report_html) and writes it through a temporary file and a
 // rename. Exit status: 0 page written, 1 log unreadable or page unwritable, 2 usage error.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
@@ -26,7 +27,7 @@ constexpr const char* usage_line = "usage: gpuguard report LOG.jsonl [-o OUTPUT.
 
 constexpr const char* description =
     "Renders a gpuguard JSONL event log (written with GPUGUARD_OPTIONS=jsonl_log=PATH; schema\n"
-    "gpuguard.events version 1, see docs/formats.md) as ONE self-contained HTML page: no network,\n"
+    "gpuguard.events version 1, see formats.md) as ONE self-contained HTML page: no network,\n"
     "no external files; open it in any browser. LOG may be '-' for standard input.\n"
     "\n"
     "The page shows:\n"
@@ -68,7 +69,7 @@ constexpr std::size_t max_line_bytes = std::size_t{16} << 20;
 // Skipped lines named on stderr one by one; past this, one line says how many more there were.
 constexpr std::size_t max_stderr_lines = 20;
 
-constexpr command_help help_text{usage_line, description, footer, {"report", true, true}};
+constexpr command_help help_text{usage_line, description, footer, {"report", true, true}, "report.md"};
 
 int usage_error(const std::string& message) { return cli::usage_error(help_text.words, message); }
 

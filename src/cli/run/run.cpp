@@ -3,6 +3,7 @@
 // Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
 // started; 2 for a usage error; 1 when the supervisor itself failed.
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
@@ -55,7 +56,7 @@ constexpr command_help help_text{
     "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
     "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
     "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
-    "    docs/run.md",
+    "    run.md (the last line says where)",
     // after the options
     "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
     "\n"
@@ -91,7 +92,8 @@ constexpr command_help help_text{
     "  127  CMD was not found; 126  CMD could not be executed\n"
     "  2    usage error (nothing is started)\n"
     "  1    gpuguard itself failed, or CMD's status could not be learnt",
-    {"run", false, true}};
+    {"run", false, true},
+    "run.md"};
 
 bool readable_file(const std::string& path) { return !path.empty() && ::access(path.c_str(), R_OK) == 0; }
 
@@ -231,7 +233,7 @@ int run_main(int argc, char** argv) {
   std::string report;
   std::string device_prefix;
   const CLI::Option* grace_given = app.add_option("--grace", grace, "time between SIGTERM and SIGKILL for the leftovers (default 5)")->type_name("SECONDS");
-  const CLI::Option* report_given = app.add_option("--report", report, "write a JSON report (schema gpuguard.run version 1, docs/run.md)")->type_name("PATH");
+  const CLI::Option* report_given = app.add_option("--report", report, "write a JSON report (schema gpuguard.run version 1, run.md)")->type_name("PATH");
   const CLI::Option* prefix_given = app.add_option("--device-prefix", device_prefix,
                  "device files that count as holding a GPU (default /dev/nvidia)")
       ->type_name("PATH")
@@ -244,7 +246,7 @@ int run_main(int argc, char** argv) {
       ->disable_flag_override();
   app.add_flag("--track", track, "track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD")
       ->disable_flag_override();
-  app.add_option("--options", opts.options, "append these items to CMD's GPUGUARD_OPTIONS (docs/options.md)")
+  app.add_option("--options", opts.options, "append these items to CMD's GPUGUARD_OPTIONS (options.md)")
       ->type_name("K=V:...")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)

@@ -5,6 +5,7 @@
 #include "symbolize/symbolize.hpp"
 
 #include "command_line.hpp"
+#include "docs_path.hpp"
 #include "commands.hpp"
 #include "json.hpp"
 #include "util/addr2line.hpp"
@@ -34,7 +35,8 @@ constexpr command_help help_text{
     "(binutils). Run it on the machine that crashed, before the binaries change.",
     // after the options
     "exit status: 0 printed, 1 the file cannot be read or holds no crash record, 2 usage error\n",
-    {"symbolize", true, true}};
+    {"symbolize", true, true},
+    "hooks.md"};
 
 using detail::parse_hex;
 
