@@ -44,7 +44,7 @@ leaks = [e for e in events if e["type"] == "leaks"]
 check(leaks and leaks[0]["total_bytes"] == 96 * 1024 * 1024, "the log's leaks line has 96 MiB", leaks)
 
 # The memory timeline: every allocation and free reached the log, so its highest live bytes are
-# each device's peak, however fast the demo ran (issue 18: the samples alone never drew the peak).
+# each device's peak, however fast the demo ran (the samples alone never draw the peak).
 end_devices = events[-1].get("devices", []) if events else []
 for d in end_devices:
     if d["allocations"] == 0:

@@ -1,4 +1,4 @@
-// Two GPUs (issue 9): guards free on the device they allocated on whatever is current, and the
+// Two GPUs: guards free on the device they allocated on whatever is current, and the
 // ledger, scopes and reports keep separate per-device figures that match the driver per device.
 #include "gpu_test.hpp"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 9: a two-rank torchrun job, one rank killed with SIGKILL mid-loop, in three arms measured in
+"""A two-rank torchrun job, one rank killed with SIGKILL mid-loop, in three arms measured in
 one run: plain torchrun; `gpuguard run -- torchrun ...`; torchrun starting `gpuguard run` in each
 rank. For the guarded arms: both GPUs' memory back to the baseline within 2 s of the kill, the
 surviving rank terminated (not hanging in its collective), the launcher's status a failure. The

@@ -28,7 +28,7 @@ class gpu_test : public testing::Test {
   }
 };
 
-/// The base of the tests that need two GPUs (label `multigpu`, issue 9): skips with the reason on
+/// The base of the tests that need two GPUs (label `multigpu`): skips with the reason on
 /// a machine with fewer, and fails instead when GPUGUARD_REQUIRE_GPUS=2 (a runner on a two-GPU
 /// machine sets it). The single-GPU runner leaves the label out and says so.
 class multi_gpu_test : public testing::Test {

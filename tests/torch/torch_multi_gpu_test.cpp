@@ -1,4 +1,4 @@
-// The LibTorch adapter on two GPUs (issue 9): tensors on both devices are tracked, each under its
+// The LibTorch adapter on two GPUs: tensors on both devices are tracked, each under its
 // own device, in observe and in swap-in mode (one process per test, as gtest_discover_tests runs).
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/torch.hpp>
