@@ -86,10 +86,11 @@ bool write_all(int fd, const void* data, std::size_t size) noexcept {
 bool write_file_atomically(const std::string& path, std::string_view data, std::string* error) {
   // mkostemp creates the name with O_CREAT|O_EXCL (never through a link) and mode 0600; its six
   // random characters make the name unpredictable, and a name taken is tried again with others.
-  std::string temp = path + ".tmp.XXXXXX";
+  const std::string pattern = path + ".tmp.XXXXXX";
+  std::string temp = pattern;
   unique_fd fd(::mkostemp(temp.data(), O_CLOEXEC));
   if (!fd.valid()) {
-    if (error != nullptr) { *error = "cannot create a temporary file beside '" + path + "': " + reason(errno); }
+    if (error != nullptr) { *error = "cannot create '" + pattern + "': " + reason(errno); }
     return false;
   }
   const auto fail = [&](const std::string& what) {
@@ -110,9 +111,10 @@ bool write_file_atomically(const std::string& path, std::string_view data, std::
 std::string publish_problem(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) { return "'" + path + "' is a directory"; }
-  std::string temp = path + ".tmp.XXXXXX";
+  const std::string pattern = path + ".tmp.XXXXXX";
+  std::string temp = pattern;
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
-  if (fd < 0) { return "cannot create a temporary file beside '" + path + "': " + std::strerror(errno); }
+  if (fd < 0) { return "cannot create '" + pattern + "': " + std::strerror(errno); }
   ::close(fd);
   ::unlink(temp.c_str());
   return {};
