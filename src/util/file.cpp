@@ -155,9 +155,20 @@ int open_output_file(const std::string& path, existing_file existing, std::strin
       };
       struct stat file_stat {};
       if (::fstat(fd, &file_stat) != 0) { return refuse("cannot open '" + path + "': " + std::strerror(errno)); }
-      if (S_ISREG(file_stat.st_mode) && file_stat.st_nlink > 1 && sticky_and_world_writable(dir_stat)) {
-        return refuse("refusing to open '" + path + "': it has " + std::to_string(file_stat.st_nlink) +
-                      " hard links in a sticky, world-writable directory, so it may be another file's");
+      if (S_ISREG(file_stat.st_mode) && sticky_and_world_writable(dir_stat)) {
+        if (file_stat.st_nlink > 1) {
+          return refuse("refusing to open '" + path + "': it has " + std::to_string(file_stat.st_nlink) +
+                        " hard links in a sticky, world-writable directory, so it may be another file's");
+        }
+        // As fs.protected_regular=1: a file someone else made there could be read or rewritten by
+        // them while this process writes it.
+        const uid_t me = ::geteuid();
+        if (file_stat.st_uid != me && file_stat.st_uid != dir_stat.st_uid) {
+          return refuse("refusing to open '" + path + "': uid " + std::to_string(file_stat.st_uid) +
+                        " owns it, neither this process's user (uid " + std::to_string(me) +
+                        ") nor the owner of its sticky, world-writable directory (uid " +
+                        std::to_string(dir_stat.st_uid) + ")");
+        }
       }
       // Truncated only now, after the checks: O_TRUNC would have emptied a refused file.
       if (existing == existing_file::truncate && S_ISREG(file_stat.st_mode) && ::ftruncate(fd, 0) != 0) {

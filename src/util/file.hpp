@@ -37,8 +37,9 @@ enum class existing_file { truncate, append };
 /// Opens `path` for writing as the kernel's fs.protected_symlinks=1 would, whatever the sysctl
 /// says: a symbolic link at the last component is refused when it sits in a sticky, world-writable
 /// directory (like /tmp) and neither this process's effective user nor the directory's owner owns
-/// it. An existing regular file there with more than one hard link is refused too (it may be a
-/// link to another file). A new file is created exclusively with output_file_mode less the umask;
+/// it. An existing regular file there is refused too when another user owns it (as
+/// fs.protected_regular=1 would) or it has more than one hard link (it may be another file's). A
+/// new file is created exclusively with output_file_mode less the umask;
 /// an existing one is opened without following a link and then truncated or appended to.
 /// Returns the descriptor (close-on-exec), or -1 with `*error` (if not null) one line naming
 /// `path` and the reason. Not async-signal-safe: open crash files in advance.

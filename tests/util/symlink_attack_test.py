@@ -8,7 +8,8 @@ the commands (`gpuguard report -o`, `gpuguard run --report`, `gpuguard doctor --
 without --watch), and, for the files published through a temporary file, at the temporary names
 an older gpuguard used (PATH.tmp.PID) for the next few hundred process ids. Then:
   - the victim file is unchanged every time (content and mode);
-  - a file opened for writing refuses the link, with a message that names the path;
+  - a file opened for writing refuses the link, with a message that names the path (and refuses a
+    regular file nobody made there, as fs.protected_regular=1 would);
   - a published file replaces the link with a regular file of mode 0644 less the umask, and the
     process that published it had a process id among the planted names.
 Skips (77) unless run as root, where setpriv and the user nobody exist.
@@ -148,6 +149,20 @@ opened_output("crash_file", [OPS_CHILD, "plain"], lambda p: "device=host:text_lo
 published_output("prometheus_file", lambda p: [OPS_CHILD, "plain"],
                  lambda p: "device=host:text_log=off:prometheus_file=%s" % p)
 published_output("leak_json", lambda p: [LEAK_CHILD, "leak"], lambda p: "device=host:leak_json=%s" % p)
+
+# A regular file nobody made at the event log's path: refused as fs.protected_regular=1 would (the
+# log would be theirs to read and rewrite), and left as it was.
+planted_file = os.path.join(sticky, "planted.jsonl")
+made = subprocess.run(["setpriv", "--reuid=%d" % NOBODY.pw_uid, "--regid=%d" % NOBODY.pw_gid, "--clear-groups",
+                       "/usr/bin/python3", "-c", "open(__import__('sys').argv[1], 'w').write('planted\\n')",
+                       planted_file], capture_output=True, text=True, timeout=20)
+if check(made.returncode == 0 and os.stat(planted_file).st_uid == NOBODY.pw_uid,
+         "nobody made the regular file %s" % planted_file, made.stderr):
+    _, status, _, err = run([OPS_CHILD, "plain"], "device=host:jsonl_log=%s" % planted_file)
+    with open(planted_file) as f:
+        check(f.read() == "planted\n", "planted.jsonl: nobody's file is left as it was")
+    check(any("refusing" in line and "'%s'" % planted_file in line for line in err.splitlines()),
+          "planted.jsonl: one line refuses nobody's file and names it", err)
 
 # ---- the commands' outputs ------------------------------------------------------------------------
 LOG = os.path.join(ROOT, "tests", "cli", "report", "testdata", "good.jsonl")

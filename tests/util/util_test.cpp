@@ -253,6 +253,27 @@ TEST(open_output_file, refuses_another_users_link_in_a_sticky_world_writable_dir
   EXPECT_EQ(slurp(victim), "again\n");
 }
 
+// As fs.protected_regular=1: a file another user made in /tmp is theirs to read and rewrite.
+TEST(open_output_file, refuses_another_users_regular_file_in_a_sticky_world_writable_directory) {
+  if (::geteuid() != 0) { GTEST_SKIP() << "giving a file to another user needs root"; }
+  const temp_dir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const fs::path shared = dir.path / "shared";
+  fs::create_directory(shared);
+  fs::permissions(shared, static_cast<fs::perms>(01777));
+  const fs::path planted = shared / "events.jsonl";
+  std::ofstream(planted) << "planted\n";
+  constexpr uid_t other = 65534;
+  ASSERT_EQ(::chown(planted.c_str(), other, other), 0);
+  const std::string error = write_through(planted, existing_file::truncate, "mine\n");
+  EXPECT_NE(error.find("refusing to open '" + planted.string() + "': uid 65534 owns it"), std::string::npos) << error;
+  EXPECT_EQ(slurp(planted), "planted\n");
+  // Its owner's own directory: as the kernel, trusted.
+  ASSERT_EQ(::chown(shared.c_str(), other, other), 0);
+  EXPECT_EQ(write_through(planted, existing_file::truncate, "mine\n"), "");
+  EXPECT_EQ(slurp(planted), "mine\n");
+}
+
 TEST(open_output_file, refuses_a_hard_linked_file_in_a_sticky_world_writable_directory_before_truncating) {
   const temp_dir dir;
   ASSERT_FALSE(dir.path.empty());
