@@ -516,10 +516,10 @@ void install_hooks(const options& opts) noexcept {
   try {
     if (!opts.crash_file.empty()) {
       st.crash_path = detail::expand_path(opts.crash_file);
-      const int fd = ::open(st.crash_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      std::string why;
+      const int fd = detail::open_output_file(st.crash_path, detail::existing_file::truncate, &why);
       if (fd < 0) {
-        std::fprintf(stderr, "[gpuguard] crash_file: cannot open '%s': %s; crash records go to stderr only\n",
-                     st.crash_path.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "[gpuguard] crash_file: %s; crash records go to stderr only\n", why.c_str());
         st.crash_path.clear();
       } else {
         crash_path_text.store(st.crash_path.c_str(), std::memory_order_relaxed);

@@ -13,7 +13,6 @@
 #include <string>
 #include <utility>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 namespace gpuguard::detail {
@@ -34,7 +33,8 @@ class output_file {
     if (owned_ && fd_ >= 0) { ::close(fd_); }
   }
 
-  /// "stderr" and "stdout" (when allowed) name the streams; anything else is a path, truncated.
+  /// "stderr" and "stdout" (when allowed) name the streams; anything else is a path, truncated,
+  /// opened through open_output_file (no link another user planted is followed).
   bool open(const std::string& where, bool allow_streams, std::string* error) {
     path_ = where;
     if (allow_streams && (where == "stderr" || where == "stdout")) {
@@ -42,9 +42,10 @@ class output_file {
       owned_ = false;
       return true;
     }
-    fd_ = ::open(where.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::string why;
+    fd_ = open_output_file(where, existing_file::truncate, &why);
     if (fd_ < 0) {
-      *error = label_ + ": cannot open '" + where + "': " + std::strerror(errno);
+      *error = label_ + ": " + why;
       return false;
     }
     owned_ = true;

@@ -464,20 +464,6 @@ void interruptible_sleep(double seconds) {
   }
 }
 
-// Whether --prometheus FILE can be written, checked before anything is sampled or signalled: its
-// temporary file can be created (then removed) in FILE's directory, and FILE is not a directory.
-// Returns "" when it can, else the reason.
-std::string prometheus_unwritable(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) { return "'" + path + "' is a directory"; }
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) { return "cannot create '" + temp + "': " + std::strerror(errno); }
-  ::close(fd);
-  ::unlink(temp.c_str());
-  return {};
-}
-
 double unix_time_s() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -495,7 +481,7 @@ int doctor_main(int argc, char** argv) {
   if (const int rc = parse_args(argc, argv, o); rc >= 0) { return rc; }
 
   if (!o.prometheus.empty()) {
-    if (const std::string why = prometheus_unwritable(o.prometheus); !why.empty()) {
+    if (const std::string why = gpuguard::detail::publish_problem(o.prometheus); !why.empty()) {
       std::fprintf(stderr, "gpuguard doctor: --prometheus: %s; nothing was sampled or signalled\n", why.c_str());
       return exit_error;
     }
