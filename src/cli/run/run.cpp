@@ -1,7 +1,8 @@
 // `gpuguard run [OPTIONS] -- CMD [ARGS...]`: the command line, the environment CMD gets, and the
 // words at the end. The process machinery is run_supervisor.cpp; the report is run_report.cpp.
-// Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
-// started; 2 for a usage error; 1 when the supervisor itself failed.
+// Exit status: CMD's (its code, or 128+N when signal N ended it); 124 when the job could not be
+// ended; 125 when --require-clean found the GPU not clean; 126/127 when CMD could not be started;
+// 2 for a usage error; 1 when the supervisor itself failed.
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "util/file.hpp"
@@ -86,6 +87,8 @@ constexpr command_help help_text{
     "\n"
     "exit status:\n"
     "  CMD's exit status, or 128+N when signal N ended it\n"
+    "  124  the job could not be ended: a process of it outlived the teardown, or the\n"
+    "       boundary cannot prove that none did (wins over 125)\n"
     "  125  --require-clean: the GPU was not clean after the job (CMD's own status is\n"
     "       in the summary line and the report)\n"
     "  127  CMD was not found; 126  CMD could not be executed\n"

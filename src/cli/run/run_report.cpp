@@ -142,8 +142,10 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       ++terminated;
     }
   }
-  if (t.leftovers.empty()) {
-    line += "; no process outlived it";
+  if (t.leftovers.empty() && t.job_empty && !t.unseen_ended_by_cgroup_kill) {
+    line += "; no process outlived it";  // only where the boundary proves it
+  } else if (t.leftovers.empty()) {
+    line += "; no scan saw a process outlive it";
   } else {
     line += "; " + plural(t.leftovers.size(), "process", "processes") + " outlived it: " +
             std::to_string(terminated) + " ended after SIGTERM";
@@ -162,6 +164,9 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       line += ")";
     }
   }
+  if (t.unseen_ended_by_cgroup_kill) { line += "; cgroup.kill ended processes of it that no scan saw"; }
+  if (!t.job_empty) { line += "; THE JOB MAY STILL HAVE PROCESSES (" + t.not_empty_why + ")"; }
+  if (!t.job_empty || !survivors.empty()) { line += " (exit status " + std::to_string(exit_not_ended) + ")"; }
 
   if (o.at_end.holders.empty()) {
     line += "; no process of it holds a GPU";
@@ -239,6 +244,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                          {"sigterm", l.sent_sigterm},
                          {"sigkill", l.sent_sigkill},
                          {"ended", l.ended},
+                         {"found_late", l.found_late},
                          {"ended_after_s", l.ended && l.ended_after_ns >= 0 ? seconds(l.ended_after_ns) : json(nullptr)},
                          {"signal_error", !l.signal_error.empty() ? json(l.signal_error) : json(nullptr)}});
   }
@@ -247,6 +253,9 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                      {"terminated", terminated},
                      {"killed", killed},
                      {"survived", survived},
+                     {"job_empty", t.job_empty},
+                     {"unseen_ended_by_cgroup_kill", t.unseen_ended_by_cgroup_kill},
+                     {"not_empty_why", t.job_empty ? json(nullptr) : json(t.not_empty_why)},
                      {"processes", std::move(processes)}};
   doc["residue"] = {{"device_prefix", config.device_prefix},
                     {"at_end", holders_json(o.at_end, config.device_prefix)},
