@@ -9,6 +9,7 @@
 #include "util/format.hpp"
 #include "util/option_table.hpp"
 #include "util/program_path.hpp"
+#include "holders/proc.hpp"
 #include "process/end.hpp"
 #include "run/run_report.hpp"
 #include "run/run_track.hpp"
@@ -315,11 +316,12 @@ int run_main(int argc, char** argv) {
     outcome = supervise(config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpuguard run: %s\n", e.what());
+    if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
     return 1;
   }
   if (outcome.how == run_outcome::end::not_started) {
-    std::fprintf(stderr, "gpuguard run: cannot start '%s': %s\n", config.command.front().c_str(),
-                 std::strerror(outcome.exec_error));
+    std::fprintf(stderr, "gpuguard run: cannot start '%s': %s%s\n", printable_on_one_line(config.command.front()).c_str(),
+                 outcome.setup_failed ? "fork: " : "", std::strerror(outcome.exec_error));
     if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
   } else {
     write_track_summary(track_dir, stderr);

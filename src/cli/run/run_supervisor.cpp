@@ -61,7 +61,7 @@ std::int64_t unix_now_ns() {
 using detail::unique_fd;
 
 [[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), "gpuguard run: " + what);
+  throw std::system_error(errno, std::generic_category(), what);  // run_main says "gpuguard run: " once
 }
 
 // A close-on-exec pipe: `read_end`, `write_end`.
@@ -125,6 +125,7 @@ enum message_kind : std::int32_t {
   msg_stopped = 3,      // value: the signal that stopped CMD
   msg_ended = 4,        // value: CMD's wait status
   msg_children = 6,     // value: 1 when the anchor has a live child, 0 when it has none (answers 'q')
+  msg_setup_failed = 7, // value: errno of the anchor's own setup (the fork of CMD, becoming a subreaper)
 };
 
 // The supervisor's words to the anchor: 'g' (start CMD), 'q' (have you a live child?), 'x'
@@ -556,7 +557,7 @@ struct anchor_state {
 void become_anchor(anchor_state& a) {
   static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-    send_message(a.message_fd, msg_exec_failed, errno);
+    send_message(a.message_fd, msg_setup_failed, errno);
     ::_exit(1);
   }
   static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes watch_supervisor; the pipe decides
@@ -588,7 +589,7 @@ void start_command(anchor_state& a, const exec_plan& plan) {
   make_pipe(report_read, report_write);
   a.command = ::fork();
   if (a.command < 0) {
-    send_message(a.message_fd, msg_exec_failed, errno);
+    send_message(a.message_fd, msg_setup_failed, errno);
     ::_exit(1);
   }
   if (a.command == 0) { exec_command(plan, a.self, report_write.get()); }
@@ -659,7 +660,7 @@ void watch_supervisor(anchor_state& a) {
 // says so on stderr, and exits with CMD's status.
 [[noreturn]] void end_orphaned_job(anchor_state& a) {
   const std::string& name = a.config.command.front();
-  const std::string short_name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0
+  const std::string short_name = printable_on_one_line(name.substr(name.find_last_of('/') + 1));  // npos + 1 == 0
   write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(a.supervisor) +
                ") is gone: ending the processes of " + short_name + "\n");
   teardown_params params;
@@ -862,10 +863,15 @@ job_start await_start(supervisor_state& s) {
   } else if (s.cgroup.active()) {
     static_cast<void>(s.cgroup.remove(0));
   }
-  if (got && first.kind == msg_exec_failed) {
+  if (got && (first.kind == msg_exec_failed || first.kind == msg_setup_failed)) {
     s.out.how = run_outcome::end::not_started;
     s.out.exec_error = first.value;
-    s.out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    if (first.kind == msg_setup_failed) {  // ours, not CMD's: the status of gpuguard's own failures
+      s.out.setup_failed = true;
+      s.out.exit_status = 1;
+    } else {
+      s.out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    }
     static_cast<void>(tell_anchor_to_exit(s.control.get()));
     s.control.reset();
     reap_anchor(s);
@@ -1063,7 +1069,12 @@ run_outcome supervise(const run_config& config) {
   become_subreaper(s);  // signals through signalfd; orphans of the job come back to us
   prepare_command(s);
   isolate(s);
-  spawn_anchor(s);  // the anchor starts CMD
+  try {
+    spawn_anchor(s);  // the anchor starts CMD
+  } catch (...) {
+    static_cast<void>(s.cgroup.remove(0));  // nothing joined it
+    throw;
+  }
   measure_gpu_before(s);
   const job_start started = await_start(s);
   if (started == job_start::not_started) { return out; }

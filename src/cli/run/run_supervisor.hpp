@@ -112,6 +112,7 @@ struct run_outcome {
   end how = end::unknown;
   int code = 0;          // exit code or signal number
   int exec_error = 0;    // errno when CMD could not be started
+  bool setup_failed = false;  // ... because the anchor could not fork it (exec_error: why): exit status 1
   int exit_status = 1;   // what `gpuguard run` exits with: the code, 128+N, 126/127, 1 if unknown
   pid_t supervisor_pid = 0;
   pid_t anchor_pid = 0;

@@ -730,6 +730,72 @@ class escape(base):
                         self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
 
 
+# ---- the supervisor's own failures, and names that are not text ---------------------------------
+
+def pids_v1_dir():
+    """The cgroup v1 `pids` hierarchy when this process may make a child of it, else None."""
+    root = "/sys/fs/cgroup/pids"
+    return root if os.geteuid() == 0 and os.access(os.path.join(root, "cgroup.procs"), os.W_OK) else None
+
+
+class failures(base):
+    def run_with_pids_max(self, pids_max, *args):
+        """`gpuguard run ARGS...` in a cgroup v1 `pids` group of the test's own that allows
+        `pids_max` processes: with 1 the supervisor cannot fork the anchor, with 2 the anchor
+        cannot fork CMD. Returns (gpuguard's pid, exit status, stderr)."""
+        root = pids_v1_dir()
+        if root is None:
+            self.skipTest("no writable cgroup v1 pids hierarchy (root and /sys/fs/cgroup/pids are needed)")
+        group = os.path.join(root, f"gpuguard-test-fork.{os.getpid()}.{pids_max}")
+        os.mkdir(group)
+        self.addCleanup(os.rmdir, group)
+        with open(os.path.join(group, "pids.max"), "w") as f:
+            f.write(str(pids_max))
+
+        def enter():
+            no_core_dumps()
+            with open(os.path.join(group, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+        p = subprocess.Popen([GPUGUARD, "run", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=enter)
+        self.to_kill.append(p.pid)
+        _, err = p.communicate(timeout=30)
+        return p.pid, p.returncode, err.decode()
+
+    def test_a_failed_fork_says_so_once_removes_its_cgroup_and_exits_1(self):
+        for pids_max, who in ((1, "the supervisor forking the anchor"), (2, "the anchor forking CMD")):
+            with self.subTest(who=who):
+                report = self.path(f"r{pids_max}.json")
+                supervisor, rc, err = self.run_with_pids_max(pids_max, "--report", report, "--", "true")
+                self.assertEqual(rc, 1, err)
+                self.assertEqual(err.count("gpuguard run:"), 1, err)
+                self.assertIn("fork: Resource temporarily unavailable", err)
+                own = own_cgroup_dir()
+                if own is not None:
+                    left = [n for n in os.listdir(own) if n.startswith(f"gpuguard-run.{supervisor}.")]
+                    self.assertEqual(left, [], "the job's cgroup was left behind")
+                if pids_max == 2:  # the report is written: CMD was not started, for a reason of ours
+                    doc = self.read_report(report)
+                    self.assertEqual((doc["end"], doc["exit_status"]), ("not_started", 1))
+                    self.assertEqual(doc["exec_error"], "fork: Resource temporarily unavailable")
+
+    def test_names_with_escape_sequences_and_newlines_are_printed_as_one_plain_line(self):
+        name = self.path("evil\x1b[2J\x1b]0;title\x07name\nsecond line\x7f")
+        with open(name, "w") as f:
+            f.write("#!/bin/sh\nexit 3\n")
+        os.chmod(name, 0o755)
+        rc, _, err = self.run_gpuguard("--", name)
+        self.assertEqual(rc, 3, err)
+        rc2, _, err2 = self.run_gpuguard("--", name + ".missing")
+        self.assertEqual(rc2, 127, err2)
+        for text in (err, err2):
+            self.assertEqual(len(text.splitlines()), 1, text)
+            self.assertFalse(any(c in text for c in "\x1b\x07\x7f"), repr(text))
+        self.assertIn("evil [2J ]0;title name second line  exited with status 3", err)
+        self.assertIn("cannot start '", err2)
+
+
 # ---- as a container's entrypoint: PID 1 of its own PID namespace --------------------------------
 
 class pid1(base):
