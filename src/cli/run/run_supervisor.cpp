@@ -5,18 +5,23 @@
 
 #include "process/end.hpp"
 #include "util/file.hpp"
+#include "util/format.hpp"
 #include "util/signal_name.hpp"
 #include "util/unique_fd.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include <fcntl.h>
@@ -217,6 +222,8 @@ std::vector<proc_stat> job_processes(const teardown_params& params) {
   return live;
 }
 
+// The latest cgroup.kill after CMD's end is the grace period plus this.
+constexpr std::int64_t hard_kill_slack_ms = 1000;
 // After the first round, how long each further round waits after its SIGKILLs.
 constexpr std::int64_t round_kill_wait_ms = 100;
 // While the cgroup is populated, an empty scan is read again this many times before it counts:
@@ -231,14 +238,16 @@ struct teardown_state {
   const std::function<void()>& reap;
   const steady::time_point start = steady::now();
   std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;  // read when first seen: after the teardown there is none to read
-  bool cgroup_killed = false;
-  std::int64_t cgroup_killed_ns = -1;  // when cgroup.kill was first written, from `start`
+  bool group_member_seen = false;  // the last scan saw a live process in CMD's process group
+  // When cgroup.kill was first written, from `start` (-1: not yet). Atomic: the grace timer's
+  // thread (cgroup_kill_timer) writes it too.
+  std::atomic<std::int64_t> cgroup_killed_ns{-1};
   teardown_result result;
 };
 
 void note_cgroup_kill(teardown_state& t, bool killed) {
-  if (killed && t.cgroup_killed_ns < 0) { t.cgroup_killed_ns = elapsed_ns(t.start); }
-  t.cgroup_killed = t.cgroup_killed || killed;
+  std::int64_t never = -1;
+  if (killed) { t.cgroup_killed_ns.compare_exchange_strong(never, elapsed_ns(t.start)); }
 }
 
 // The job's processes as one round of end_processes sees them. Past `kill_from` on the cgroup
@@ -246,14 +255,16 @@ void note_cgroup_kill(teardown_state& t, bool killed) {
 // cannot hold the SIGKILL back.
 std::vector<proc_stat> scan_job(teardown_state& t, steady::time_point kill_from) {
   const teardown_params& params = t.params;
-  if (params.cgroup != nullptr && !t.cgroup_killed && steady::now() >= kill_from) { note_cgroup_kill(t, params.cgroup->kill()); }
+  if (params.cgroup != nullptr && t.cgroup_killed_ns < 0 && steady::now() >= kill_from) { note_cgroup_kill(t, params.cgroup->kill()); }
   std::vector<proc_stat> live = job_processes(params);
   for (int i = 0; live.empty() && params.cgroup != nullptr && i < empty_scan_retries && params.cgroup->populated(); ++i) {
     live = job_processes(params);
   }
+  t.group_member_seen = false;
   for (const proc_stat& p : live) {
     const auto key = std::make_pair(p.pid, p.start_time);
     if (t.cmdlines.count(key) == 0) { t.cmdlines.emplace(key, detail::read_cmdline("/proc", p.pid)); }
+    t.group_member_seen = t.group_member_seen || (params.job_group > 0 && p.pgid == params.job_group);
   }
   return live;
 }
@@ -290,6 +301,13 @@ void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait,
       note_cgroup_kill(t, killed);
       return killed;
     };
+  } else if (params.job_group > 0) {
+    // Without a cgroup, SIGKILL to CMD's process group at once: a process that forks and lets its
+    // parent exit (and stays in the group) is hit whatever PID it has now. Sent only when the
+    // last scan saw a live member: a member pins the group's id, so it cannot name another group.
+    plan.kill_all = [&t] {
+      return t.group_member_seen && ::kill(-t.params.job_group, SIGKILL) == 0;
+    };
   }
   const detail::end_result ended = detail::end_processes(plan);
   teardown_result& result = t.result;
@@ -316,7 +334,8 @@ void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait,
     it->ended = e.ended;
     it->ended_after_ns = e.ended ? offset + e.ended_after_ns : -1;
     // Seen going after cgroup.kill (which a scan may have run first): SIGKILL ended it.
-    if (e.ended && t.cgroup_killed_ns >= 0 && it->ended_after_ns >= t.cgroup_killed_ns) { it->sent_sigkill = true; }
+    const std::int64_t killed_ns = t.cgroup_killed_ns;
+    if (e.ended && killed_ns >= 0 && it->ended_after_ns >= killed_ns) { it->sent_sigkill = true; }
     if (!e.signal_error.empty()) { it->signal_error = e.signal_error; }
   }
 }
@@ -359,6 +378,40 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
   return empty;
 }
 
+// The cgroup.kill at the end of the grace period, from a thread of its own: a fork bomb that keeps
+// every CPU busy makes each read of the process table take seconds, and the SIGKILL must not wait
+// for one to finish. The thread needs only a moment of CPU to write one file. Stopped (and joined)
+// when the teardown ends first.
+class cgroup_kill_timer {
+ public:
+  /// At `at`, unless destroyed first, writes cgroup.kill of `cgroup` (none: does nothing) and calls
+  /// `killed` with whether it could, on the timer's thread.
+  cgroup_kill_timer(const job_cgroup* cgroup, steady::time_point at, std::function<void(bool)> killed) {
+    if (cgroup == nullptr) { return; }
+    thread_ = std::thread([this, cgroup, at, done = std::move(killed)] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { done(cgroup->kill()); }
+    });
+  }
+  cgroup_kill_timer(const cgroup_kill_timer&) = delete;
+  cgroup_kill_timer& operator=(const cgroup_kill_timer&) = delete;
+  ~cgroup_kill_timer() {
+    if (!thread_.joinable()) { return; }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // Ends every process of the job, and does not stop until the boundary proves it: a round with the
 // grace period; then, as long as the job's cgroup is populated or the anchor (the job's
 // subreaper) has a live child (a process the scans missed: one that forks and lets its parent
@@ -370,6 +423,7 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
   teardown_state t(params, reap);
   const steady::time_point grace_end = t.start + std::chrono::milliseconds(params.grace_ms);
   const steady::time_point deadline = grace_end + std::chrono::milliseconds(kill_wait_ms);
+  const cgroup_kill_timer on_time(params.cgroup, grace_end, [&t](bool killed) { note_cgroup_kill(t, killed); });
   const auto has_processes = [&params] {
     return (params.cgroup != nullptr && params.cgroup->populated()) ||
            (params.job_has_processes ? params.job_has_processes() : true);
@@ -998,8 +1052,18 @@ void end_job(supervisor_state& s) {
   params.job_has_processes = [&s] { return job_has_processes(s); };
   const util::nvml_library* nvml = s.config.require_clean ? &s.nvml : nullptr;
   reap(s);
+  // However slow the residue check and the scans are (a job that keeps every CPU busy), cgroup.kill
+  // comes at the latest this long after CMD's end.
+  std::atomic<bool> hard_killed{false};
+  const cgroup_kill_timer at_the_latest(params.cgroup,
+                                        steady::now() + std::chrono::milliseconds(s.config.grace_ms + hard_kill_slack_ms),
+                                        [&hard_killed](bool killed) { hard_killed = killed; });
   s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
   s.out.teardown = end_leftovers(params, [&s] { reap(s); });
+  if (hard_killed) {
+    s.out.notes.push_back("cgroup.kill came " + detail::format_duration((s.config.grace_ms + hard_kill_slack_ms) * 1000000) +
+                          " after CMD's end, before the scans were done (a job that keeps every CPU busy slows them)");
+  }
   std::vector<proc_stat> survivors;
   for (const leftover& l : s.out.teardown.leftovers) {
     if (l.ended) { continue; }

@@ -313,32 +313,30 @@ def mode_hopper(out, hops, sleep_ms, life_s):
     os._exit(0)
 
 
-def mode_forkbomb(out, cap, life_s):
-    """forkbomb OUT CAP LIFE_S: a fork bomb that ignores SIGTERM: every process forks a child
-    (which does the same) every 200 us, until CAP processes were made in all (counted by one-byte
-    appends to OUT + ".count"); each then sleeps LIFE_S and exits. This process exits 0 once the
-    bomb has started (its first process appends "ready" to OUT), so that it grows through the
-    teardown."""
+def mode_forkbomb(out, cap, life_s, *flags):
+    """forkbomb OUT CAP LIFE_S [--spin]: a fork bomb that ignores SIGTERM: every process forks a
+    child (which does the same) every 200 us, until CAP processes were made in all (counted by
+    one-byte appends to OUT + ".count"); each then sleeps (with --spin: keeps a CPU busy) for
+    LIFE_S and exits. This process exits 0 as soon as the bomb has started, so that it grows
+    through the teardown."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     counter = out + ".count"
     cap = int(cap)
-    if os.fork() == 0:
-        fd = os.open(counter, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        while True:
-            os.write(fd, b"x")  # claims one fork
-            made = os.fstat(fd).st_size
-            if made > cap:
-                break
-            if made == 1:
-                append(out, "ready\n")
-            if os.fork() != 0:
-                time.sleep(0.0002)  # the parent forks again after 200 us; the child at once
-        os.close(fd)
-        time.sleep(float(life_s))
-        os._exit(0)
-    wait_for_lines(out, 1)
-    return 0
-
+    if os.fork() != 0:
+        os._exit(0)  # at once: with --spin, an interpreter's exit could take seconds
+    end = time.monotonic() + float(life_s)
+    fd = os.open(counter, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    while True:
+        os.write(fd, b"x")  # claims one fork
+        if os.fstat(fd).st_size > cap:
+            break
+        if os.fork() != 0:
+            time.sleep(0.0002)  # the parent forks again after 200 us; the child at once
+    os.close(fd)
+    while time.monotonic() < end:
+        if "--spin" not in flags:
+            time.sleep(end - time.monotonic())
+    os._exit(0)
 
 MODES = {"sleeper": mode_sleeper, "hopper": mode_hopper, "forkbomb": mode_forkbomb, "daemon": mode_daemon, "entrypoint": mode_entrypoint, "tree": mode_tree, "record": mode_record, "orphans": mode_orphans,
          "holder": mode_holder, "hold": mode_hold, "env": mode_env, "die": mode_die, "tty": mode_tty,
