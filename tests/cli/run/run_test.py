@@ -4,6 +4,10 @@ usage errors, exit statuses, signal forwarding, reaping, the teardown of what CM
 (however CMD or the supervisor ends), the residue check with a fake device and a fake NVML,
 --track's environment, and the terminal.
 
+The `escape` group runs jobs that try to outrun the teardown (a PID hopper, fast fork bombs) in a
+few trials each, inside a cgroup of the test's own; GPUGUARD_RUN_ESCAPE_TRIALS=N runs N trials of
+each on each path instead of 3 (50 for the long form: about ten minutes on two cores).
+
 usage: run_test.py GPUGUARD FAKE_NVML_SO FAKE_PRELOAD_SO [GROUP...]
 GROUP is one of the test classes below (default: all).
 """
