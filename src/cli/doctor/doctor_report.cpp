@@ -260,9 +260,8 @@ std::string render_text(const sample& s) {
       const std::string ppid = here ? std::to_string(h.info.stat.ppid) : "-";
       const std::optional<std::uint64_t> memory = holder_memory(h);
       const std::string mem = memory ? bytes_text(*memory) : (h.memory.empty() ? "-" : "unknown");
-      std::string command = here ? h.info.command : "(not in this PID namespace)";
       // One row per process: control characters in a command line would break it.
-      std::replace_if(command.begin(), command.end(), [](char c) { return c >= 0 && c < ' '; }, ' ');
+      std::string command = here ? printable_on_one_line(h.info.command) : "(not in this PID namespace)";
       if (command.size() > 60) { command = command.substr(0, 57) + "..."; }
       std::snprintf(line, sizeof line, "%8d  %-15s  %-14s  %8s  %6s  %-11s  %s\n", h.info.pid, class_name(h.verdict.cls),
                     state.c_str(), ppid.c_str(), here ? age_text(h.age_s).c_str() : "-", mem.c_str(),

@@ -16,6 +16,12 @@
 
 namespace gpuguard::cli {
 
+std::string printable_on_one_line(std::string_view text) {
+  std::string line(text);
+  std::replace_if(line.begin(), line.end(), [](char c) { return (c >= 0 && c < ' ') || c == '\x7f'; }, ' ');
+  return line;
+}
+
 using detail::numeric_entries;
 using detail::max_cmdline_bytes;
 using detail::parse_number;

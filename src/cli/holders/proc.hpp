@@ -42,6 +42,11 @@ struct proc_status {
 /// bad input.
 proc_status parse_proc_status(std::string_view text);
 
+/// A process name or command line (any bytes a process chose) made safe for one line of a
+/// terminal: every control byte (below 0x20, and DEL) becomes a space, so that no escape sequence
+/// or newline of it reaches the terminal. What `gpuguard doctor` and `gpuguard run` print.
+std::string printable_on_one_line(std::string_view text);
+
 /// The cgroup v2 path in the text of /proc/PID/cgroup (its "0::" line); "" when there is none.
 std::string parse_cgroup_v2(std::string_view text);
 

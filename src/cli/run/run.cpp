@@ -1,7 +1,8 @@
 // `gpuguard run [OPTIONS] -- CMD [ARGS...]`: the command line, the environment CMD gets, and the
 // words at the end. The process machinery is run_supervisor.cpp; the report is run_report.cpp.
-// Exit status: CMD's (its code, or 128+N when signal N ended it); 126/127 when CMD could not be
-// started; 2 for a usage error; 1 when the supervisor itself failed.
+// Exit status: CMD's (its code, or 128+N when signal N ended it); 124 when the job could not be
+// ended; 125 when --require-clean found the GPU not clean; 126/127 when CMD could not be started;
+// 2 for a usage error; 1 when the supervisor itself failed.
 #include "command_line.hpp"
 #include "docs_path.hpp"
 #include "commands.hpp"
@@ -9,6 +10,7 @@
 #include "util/format.hpp"
 #include "util/option_table.hpp"
 #include "util/program_path.hpp"
+#include "holders/proc.hpp"
 #include "process/end.hpp"
 #include "run/run_report.hpp"
 #include "run/run_track.hpp"
@@ -87,6 +89,8 @@ constexpr command_help help_text{
     "\n"
     "exit status:\n"
     "  CMD's exit status, or 128+N when signal N ended it\n"
+    "  124  the job could not be ended: a process of it outlived the teardown, or the\n"
+    "       boundary cannot prove that none did (wins over 125)\n"
     "  125  --require-clean: the GPU was not clean after the job (CMD's own status is\n"
     "       in the summary line and the report)\n"
     "  127  CMD was not found; 126  CMD could not be executed\n"
@@ -314,11 +318,12 @@ int run_main(int argc, char** argv) {
     outcome = supervise(config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpuguard run: %s\n", e.what());
+    if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
     return 1;
   }
   if (outcome.how == run_outcome::end::not_started) {
-    std::fprintf(stderr, "gpuguard run: cannot start '%s': %s\n", config.command.front().c_str(),
-                 std::strerror(outcome.exec_error));
+    std::fprintf(stderr, "gpuguard run: cannot start '%s': %s%s\n", printable_on_one_line(config.command.front()).c_str(),
+                 outcome.setup_failed ? "fork: " : "", std::strerror(outcome.exec_error));
     if (!track_dir.empty()) { static_cast<void>(::rmdir(track_dir.c_str())); }
   } else {
     write_track_summary(track_dir, stderr);

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -194,6 +195,46 @@ std::vector<detail::proc_stat> job_cgroup::members() const {
 }
 
 bool job_cgroup::kill() const noexcept { return active() && write_text(directory_ + "/cgroup.kill", "1"); }
+
+namespace {
+
+// `populated` of an open cgroup.events (read from the start); true when it cannot be read.
+bool events_say_populated(int fd) noexcept {
+  char text[256];
+  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  if (n <= 0) { return true; }
+  text[n] = '\0';
+  const char* line = std::strstr(text, "populated ");
+  return line == nullptr || line[std::strlen("populated ")] != '0';
+}
+
+}  // namespace
+
+bool job_cgroup::populated() const noexcept {
+  if (directory_.empty()) { return false; }
+  const int fd = ::open((directory_ + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { return true; }
+  const bool result = events_say_populated(fd);
+  ::close(fd);
+  return result;
+}
+
+bool job_cgroup::wait_empty(int timeout_ms) const noexcept {
+  if (directory_.empty()) { return true; }
+  const int fd = ::open((directory_ + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { return false; }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool empty = !events_say_populated(fd);
+  while (!empty) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) { break; }
+    pollfd p{fd, POLLPRI, 0};  // kernfs wakes POLLPRI|POLLERR when the file changes
+    static_cast<void>(::poll(&p, 1, static_cast<int>(std::min<long long>(left, 5))));
+    empty = !events_say_populated(fd);
+  }
+  ::close(fd);
+  return empty;
+}
 
 bool job_cgroup::remove(int timeout_ms) const {
   if (directory_.empty()) { return true; }

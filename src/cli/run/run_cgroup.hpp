@@ -44,8 +44,16 @@ class job_cgroup {
 
   /// The live processes in it and in any cgroup below it (a nested `gpuguard run` makes one).
   [[nodiscard]] std::vector<detail::proc_stat> members() const;
-  /// Writes "1" to cgroup.kill: SIGKILL to every member at once. False when it could not.
+  /// Writes "1" to cgroup.kill: SIGKILL to every member at once, and to any process being forked
+  /// in it meanwhile. False when it could not.
   bool kill() const noexcept;
+  /// Whether a live process is in it or below it (`populated` of cgroup.events; zombies do not
+  /// count). True when cgroup.events cannot be read: emptiness is only what the kernel says.
+  [[nodiscard]] bool populated() const noexcept;
+  /// Waits up to `timeout_ms` for `populated 0` (poll on cgroup.events, which the kernel signals
+  /// when it changes; read again every few milliseconds in case a notification is missed). True
+  /// when the cgroup is empty: the proof that no process of the job is left.
+  bool wait_empty(int timeout_ms) const noexcept;
   /// Removes the directory (and any below it), waiting up to `timeout_ms` for the killed members to
   /// leave. True when it is gone.
   bool remove(int timeout_ms) const;

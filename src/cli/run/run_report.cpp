@@ -37,7 +37,7 @@ std::string plural(std::size_t n, const char* one, const char* many) {
 
 // "4242 python3 (2.50 GiB on GPU 0)"; without NVML the memory is left out here and said once.
 std::string describe_holder(const gpu_holder& h, const residue_check& check) {
-  std::string text = std::to_string(h.info.pid) + " " + h.info.stat.comm;
+  std::string text = std::to_string(h.info.pid) + " " + printable_on_one_line(h.info.stat.comm);
   if (!check.nvml_available) { return text; }
   if (const auto bytes = memory_bytes(h)) {
     text += " (" + detail::format_bytes(static_cast<std::size_t>(*bytes));
@@ -56,11 +56,11 @@ std::string describe_holders(const residue_check& check) {
   return text;
 }
 
-// The command's name as people say it: "python3" for "/usr/bin/python3".
+// The command's name as people say it: "python3" for "/usr/bin/python3"; safe for one line.
 std::string command_name(const run_config& config) {
   const std::string& path = config.command.front();
   const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1);
+  return printable_on_one_line(slash == std::string::npos || slash + 1 == path.size() ? path : path.substr(slash + 1));
 }
 
 json holders_json(const residue_check& check, const std::string& prefix) {
@@ -142,8 +142,10 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       ++terminated;
     }
   }
-  if (t.leftovers.empty()) {
-    line += "; no process outlived it";
+  if (t.leftovers.empty() && t.job_empty && !t.unseen_ended_by_cgroup_kill) {
+    line += "; no process outlived it";  // only where the boundary proves it
+  } else if (t.leftovers.empty()) {
+    line += "; no scan saw a process outlive it";
   } else {
     line += "; " + plural(t.leftovers.size(), "process", "processes") + " outlived it: " +
             std::to_string(terminated) + " ended after SIGTERM";
@@ -156,12 +158,15 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       line += ", " + std::to_string(survivors.size()) + " COULD NOT BE ENDED (";
       for (std::size_t i = 0; i < survivors.size() && i < max_named; ++i) {
         const leftover& l = *survivors[i];
-        line += (i == 0 ? "" : ", ") + std::to_string(l.process.pid) + " " + l.process.comm;
+        line += (i == 0 ? "" : ", ") + std::to_string(l.process.pid) + " " + printable_on_one_line(l.process.comm);
         if (!l.signal_error.empty()) { line += ": " + l.signal_error; }
       }
       line += ")";
     }
   }
+  if (t.unseen_ended_by_cgroup_kill) { line += "; cgroup.kill ended processes of it that no scan saw"; }
+  if (!t.job_empty) { line += "; THE JOB MAY STILL HAVE PROCESSES (" + t.not_empty_why + ")"; }
+  if (!t.job_empty || !survivors.empty()) { line += " (exit status " + std::to_string(exit_not_ended) + ")"; }
 
   if (o.at_end.holders.empty()) {
     line += "; no process of it holds a GPU";
@@ -202,7 +207,9 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
               {"exit_code", exited ? json(o.code) : json(nullptr)},
               {"signal", signaled ? json(o.code) : json(nullptr)},
               {"signal_name", signaled ? json(detail::signal_text(o.code)) : json(nullptr)},
-              {"exec_error", o.how == run_outcome::end::not_started ? json(std::strerror(o.exec_error)) : json(nullptr)},
+              {"exec_error", o.how == run_outcome::end::not_started
+                                 ? json(std::string(o.setup_failed ? "fork: " : "") + std::strerror(o.exec_error))
+                                 : json(nullptr)},
               {"exit_status", o.exit_status},
               {"grace_s", seconds(config.grace_ms * 1000000)},
               {"boundary",
@@ -239,6 +246,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                          {"sigterm", l.sent_sigterm},
                          {"sigkill", l.sent_sigkill},
                          {"ended", l.ended},
+                         {"found_late", l.found_late},
                          {"ended_after_s", l.ended && l.ended_after_ns >= 0 ? seconds(l.ended_after_ns) : json(nullptr)},
                          {"signal_error", !l.signal_error.empty() ? json(l.signal_error) : json(nullptr)}});
   }
@@ -247,6 +255,9 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                      {"terminated", terminated},
                      {"killed", killed},
                      {"survived", survived},
+                     {"job_empty", t.job_empty},
+                     {"unseen_ended_by_cgroup_kill", t.unseen_ended_by_cgroup_kill},
+                     {"not_empty_why", t.job_empty ? json(nullptr) : json(t.not_empty_why)},
                      {"processes", std::move(processes)}};
   doc["residue"] = {{"device_prefix", config.device_prefix},
                     {"at_end", holders_json(o.at_end, config.device_prefix)},

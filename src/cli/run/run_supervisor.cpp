@@ -5,18 +5,23 @@
 
 #include "process/end.hpp"
 #include "util/file.hpp"
+#include "util/format.hpp"
 #include "util/signal_name.hpp"
 #include "util/unique_fd.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include <fcntl.h>
@@ -61,7 +66,7 @@ std::int64_t unix_now_ns() {
 using detail::unique_fd;
 
 [[noreturn]] void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), "gpuguard run: " + what);
+  throw std::system_error(errno, std::generic_category(), what);  // run_main says "gpuguard run: " once
 }
 
 // A close-on-exec pipe: `read_end`, `write_end`.
@@ -124,13 +129,32 @@ enum message_kind : std::int32_t {
   msg_cgroup_failed = 5,  // value: errno of CMD's move into the job's cgroup (before msg_started)
   msg_stopped = 3,      // value: the signal that stopped CMD
   msg_ended = 4,        // value: CMD's wait status
+  msg_children = 6,     // value: 1 when the anchor has a live child, 0 when it has none (answers 'q')
+  msg_setup_failed = 7, // value: errno of the anchor's own setup (the fork of CMD, becoming a subreaper)
 };
 
-// The supervisor's one word to the anchor: 'x', "everything is ended, exit".
-bool tell_anchor_to_exit(int fd) noexcept {
+// The supervisor's words to the anchor: 'g' (start CMD), 'q' (have you a live child?), 'x'
+// (everything is ended, exit).
+bool tell_anchor(int fd, char word) noexcept {
   ssize_t n = 0;
-  do { n = ::write(fd, "x", 1); } while (n < 0 && errno == EINTR);
+  do { n = ::write(fd, &word, 1); } while (n < 0 && errno == EINTR);
   return n == 1;
+}
+
+bool tell_anchor_to_exit(int fd) noexcept { return tell_anchor(fd, 'x'); }
+
+// Whether this process still has a child that is not a zombie, after `reap` collected those that
+// ended: waitid's ECHILD says it has no child at all, and 0 from WNOHANG that one is alive. For a
+// subreaper this is the proof that nothing below it is left: every orphan below it comes to it.
+bool live_child_remains(const std::function<void()>& reap) {
+  for (int tries = 0; tries < 1000; ++tries) {
+    reap();
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) { return errno != ECHILD; }
+    if (info.si_pid == 0) { return true; }
+    // A child ended since `reap` looked: collect it and ask again.
+  }
+  return true;
 }
 
 void send_message(int fd, std::int32_t kind, std::int32_t value) noexcept {
@@ -180,6 +204,9 @@ struct teardown_params {
   int signal_fd = -1;             // SIGCHLD wakes the wait; see `signals_cut_short`
   bool signals_cut_short = true;  // SIGINT/TERM/HUP/QUIT on signal_fd end the grace period at once
   const job_cgroup* cgroup = nullptr;  // the job's cgroup when CMD joined it: its members too, cgroup.kill
+  /// The subreaper's proof: false only when the job's subreaper (the anchor) has no live child,
+  /// which means no process of the job is left (every orphan of the job is reparented to it).
+  std::function<bool()> job_has_processes;
 };
 
 // The live processes of the job: the descendants (the subreaper path) and, with the cgroup
@@ -195,27 +222,67 @@ std::vector<proc_stat> job_processes(const teardown_params& params) {
   return live;
 }
 
-// Ends every live descendant the process layer's way (process/end.hpp): SIGTERM (SIGCONT to a
-// stopped one), the grace period with the process table read again every few milliseconds (a new
-// descendant gets SIGTERM too), then SIGKILL to whatever is left. `reap` collects zombies among
-// the caller's children.
-teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap) {
-  reap();
-  // Command lines are read when a process is first seen: after the teardown there is none to read.
-  std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;
+// The latest cgroup.kill after CMD's end is the grace period plus this.
+constexpr std::int64_t hard_kill_slack_ms = 1000;
+// After the first round, how long each further round waits after its SIGKILLs.
+constexpr std::int64_t round_kill_wait_ms = 100;
+// While the cgroup is populated, an empty scan is read again this many times before it counts:
+// a process that forks and exits between the list and its stat (a PID hopper) hides from one.
+constexpr int empty_scan_retries = 8;
+
+// What the teardown's rounds share: the leftovers found so far and their command lines.
+struct teardown_state {
+  teardown_state(const teardown_params& p, const std::function<void()>& r) : params(p), reap(r) {}
+
+  const teardown_params& params;
+  const std::function<void()>& reap;
+  const steady::time_point start = steady::now();
+  std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;  // read when first seen: after the teardown there is none to read
+  bool group_member_seen = false;  // the last scan saw a live process in CMD's process group
+  // When cgroup.kill was first written, from `start` (-1: not yet). Atomic: the grace timer's
+  // thread (cgroup_kill_timer) writes it too.
+  std::atomic<std::int64_t> cgroup_killed_ns{-1};
+  teardown_result result;
+};
+
+void note_cgroup_kill(teardown_state& t, bool killed) {
+  std::int64_t never = -1;
+  if (killed) { t.cgroup_killed_ns.compare_exchange_strong(never, elapsed_ns(t.start)); }
+}
+
+// The job's processes as one round of end_processes sees them. Past `kill_from` on the cgroup
+// path, every member is killed before anything is read: a fork bomb that keeps the scans slow
+// cannot hold the SIGKILL back.
+std::vector<proc_stat> scan_job(teardown_state& t, steady::time_point kill_from) {
+  const teardown_params& params = t.params;
+  if (params.cgroup != nullptr && t.cgroup_killed_ns < 0 && steady::now() >= kill_from) { note_cgroup_kill(t, params.cgroup->kill()); }
+  std::vector<proc_stat> live = job_processes(params);
+  for (int i = 0; live.empty() && params.cgroup != nullptr && i < empty_scan_retries && params.cgroup->populated(); ++i) {
+    live = job_processes(params);
+  }
+  t.group_member_seen = false;
+  for (const proc_stat& p : live) {
+    const auto key = std::make_pair(p.pid, p.start_time);
+    if (t.cmdlines.count(key) == 0) { t.cmdlines.emplace(key, detail::read_cmdline("/proc", p.pid)); }
+    t.group_member_seen = t.group_member_seen || (params.job_group > 0 && p.pgid == params.job_group);
+  }
+  return live;
+}
+
+// One round of the process layer's way (process/end.hpp): SIGTERM (SIGCONT to a stopped one), the
+// grace period with the job read again every few milliseconds (a new process gets SIGTERM too),
+// then SIGKILL (cgroup.kill first where there is one) to whatever is left. What it saw joins the
+// leftovers; `late`: found by a round after the first.
+void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait, bool late) {
+  const teardown_params& params = t.params;
+  const steady::time_point round_start = steady::now();
+  const steady::time_point kill_from = round_start + std::chrono::milliseconds(grace_ms);
   detail::end_plan plan;
-  plan.grace_ms = params.grace_ms;
-  plan.kill_wait_ms = kill_wait_ms;
+  plan.grace_ms = grace_ms;
+  plan.kill_wait_ms = kill_wait;
   plan.rescan_ms = rescan_ms;
-  plan.reap = reap;
-  plan.live = [&] {
-    std::vector<proc_stat> live = job_processes(params);
-    for (const proc_stat& p : live) {
-      const auto key = std::make_pair(p.pid, p.start_time);
-      if (cmdlines.count(key) == 0) { cmdlines.emplace(key, detail::read_cmdline("/proc", p.pid)); }
-    }
-    return live;
-  };
+  plan.reap = t.reap;
+  plan.live = [&t, kill_from] { return scan_job(t, kill_from); };
   plan.wait = [&params](int timeout_ms) {
     int cut = 0;
     if (params.signal_fd < 0) {
@@ -229,25 +296,166 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
   };
   if (params.cgroup != nullptr) {
     // SIGKILL to every member at once: a process being forked right now is not missed.
-    plan.kill_all = [&params] { return params.cgroup->kill(); };
+    plan.kill_all = [&t] {
+      const bool killed = t.params.cgroup->kill();
+      note_cgroup_kill(t, killed);
+      return killed;
+    };
+  } else if (params.job_group > 0) {
+    // Without a cgroup, SIGKILL to CMD's process group at once: a process that forks and lets its
+    // parent exit (and stays in the group) is hit whatever PID it has now. Sent only when the
+    // last scan saw a live member: a member pins the group's id, so it cannot name another group.
+    plan.kill_all = [&t] {
+      return t.group_member_seen && ::kill(-t.params.job_group, SIGKILL) == 0;
+    };
   }
   const detail::end_result ended = detail::end_processes(plan);
-  teardown_result result;
-  result.cut_short = ended.cut_short_by != 0;
-  result.cut_short_by = ended.cut_short_by;
-  result.duration_ns = ended.duration_ns;
-  for (const detail::ended_process& e : ended.processes) {
-    leftover l;
-    l.process = e.process;
-    l.cmdline = cmdlines[std::make_pair(e.process.pid, e.process.start_time)];
-    l.left_group = params.job_group != 0 && e.process.pgid != params.job_group;
-    l.sent_sigterm = e.sent_sigterm;
-    l.sent_sigkill = e.sent_sigkill;
-    l.ended = e.ended;
-    l.ended_after_ns = e.ended_after_ns;
-    l.signal_error = e.signal_error;
-    result.leftovers.push_back(std::move(l));
+  teardown_result& result = t.result;
+  if (!late) {
+    result.cut_short = ended.cut_short_by != 0;
+    result.cut_short_by = ended.cut_short_by;
   }
+  const std::int64_t offset = std::chrono::duration_cast<std::chrono::nanoseconds>(round_start - t.start).count();
+  for (const detail::ended_process& e : ended.processes) {
+    auto it = std::find_if(result.leftovers.begin(), result.leftovers.end(), [&e](const leftover& l) {
+      return l.process.pid == e.process.pid && l.process.start_time == e.process.start_time;
+    });
+    if (it == result.leftovers.end()) {
+      leftover l;
+      l.process = e.process;
+      l.cmdline = t.cmdlines[std::make_pair(e.process.pid, e.process.start_time)];
+      l.left_group = params.job_group != 0 && e.process.pgid != params.job_group;
+      l.found_late = late;
+      result.leftovers.push_back(std::move(l));
+      it = std::prev(result.leftovers.end());
+    }
+    it->sent_sigterm = it->sent_sigterm || e.sent_sigterm;
+    it->sent_sigkill = it->sent_sigkill || e.sent_sigkill;
+    it->ended = e.ended;
+    it->ended_after_ns = e.ended ? offset + e.ended_after_ns : -1;
+    // Seen going after cgroup.kill (which a scan may have run first): SIGKILL ended it.
+    const std::int64_t killed_ns = t.cgroup_killed_ns;
+    if (e.ended && killed_ns >= 0 && it->ended_after_ns >= killed_ns) { it->sent_sigkill = true; }
+    if (!e.signal_error.empty()) { it->signal_error = e.signal_error; }
+  }
+}
+
+// The cgroup's last word, however the scans went: its members not seen yet join the leftovers,
+// then cgroup.kill, then a wait for `populated 0`. False when the cgroup is still populated.
+bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
+  const job_cgroup& cgroup = *t.params.cgroup;
+  const bool populated = cgroup.populated();
+  bool seen_all = true;
+  for (const proc_stat& m : cgroup.members()) {
+    const auto known = std::find_if(t.result.leftovers.begin(), t.result.leftovers.end(), [&m](const leftover& l) {
+      return l.process.pid == m.pid && l.process.start_time == m.start_time;
+    });
+    if (known != t.result.leftovers.end() && !known->ended) { continue; }
+    seen_all = false;
+    leftover l;
+    l.process = m;
+    l.cmdline = detail::read_cmdline("/proc", m.pid);
+    l.left_group = t.params.job_group != 0 && m.pgid != t.params.job_group;
+    l.found_late = true;
+    l.sent_sigkill = true;
+    t.result.leftovers.push_back(std::move(l));
+  }
+  const bool survivors_known = std::any_of(t.result.leftovers.begin(), t.result.leftovers.end(),
+                                           [](const leftover& l) { return !l.ended; });
+  note_cgroup_kill(t, cgroup.kill());
+  const bool empty = cgroup.wait_empty(static_cast<int>(timeout_ms));
+  t.result.unseen_ended_by_cgroup_kill = populated && empty && seen_all && !survivors_known;
+  if (empty) {
+    for (leftover& l : t.result.leftovers) {
+      if (l.ended) { continue; }
+      const std::optional<proc_stat> now = read_stat("/proc", l.process.pid);
+      if (!now || now->start_time != l.process.start_time || !now->alive()) {
+        l.ended = true;
+        l.ended_after_ns = elapsed_ns(t.start);
+      }
+    }
+  }
+  return empty;
+}
+
+// The cgroup.kill at the end of the grace period, from a thread of its own: a fork bomb that keeps
+// every CPU busy makes each read of the process table take seconds, and the SIGKILL must not wait
+// for one to finish. The thread needs only a moment of CPU to write one file. Stopped (and joined)
+// when the teardown ends first.
+class cgroup_kill_timer {
+ public:
+  /// At `at`, unless destroyed first, writes cgroup.kill of `cgroup` (none: does nothing) and calls
+  /// `killed` with whether it could, on the timer's thread.
+  cgroup_kill_timer(const job_cgroup* cgroup, steady::time_point at, std::function<void(bool)> killed) {
+    if (cgroup == nullptr) { return; }
+    thread_ = std::thread([this, cgroup, at, done = std::move(killed)] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { done(cgroup->kill()); }
+    });
+  }
+  cgroup_kill_timer(const cgroup_kill_timer&) = delete;
+  cgroup_kill_timer& operator=(const cgroup_kill_timer&) = delete;
+  ~cgroup_kill_timer() {
+    if (!thread_.joinable()) { return; }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Ends every process of the job, and does not stop until the boundary proves it: a round with the
+// grace period; then, as long as the job's cgroup is populated or the anchor (the job's
+// subreaper) has a live child (a process the scans missed: one that forks and lets its parent
+// exit, again and again), more rounds, with what is left of the grace period, up to kill_wait_ms
+// after it; then, however the scans went, cgroup.kill and a wait for `populated 0`. `reap`
+// collects zombies among the caller's children.
+teardown_result end_leftovers(const teardown_params& params, const std::function<void()>& reap) {
+  reap();
+  teardown_state t(params, reap);
+  const steady::time_point grace_end = t.start + std::chrono::milliseconds(params.grace_ms);
+  const steady::time_point deadline = grace_end + std::chrono::milliseconds(kill_wait_ms);
+  const cgroup_kill_timer on_time(params.cgroup, grace_end, [&t](bool killed) { note_cgroup_kill(t, killed); });
+  const auto has_processes = [&params] {
+    return (params.cgroup != nullptr && params.cgroup->populated()) ||
+           (params.job_has_processes ? params.job_has_processes() : true);
+  };
+  end_round(t, params.grace_ms, kill_wait_ms, false);
+  bool left = has_processes();
+  while (left && steady::now() < deadline) {
+    const auto grace_left = std::chrono::duration_cast<std::chrono::milliseconds>(grace_end - steady::now()).count();
+    end_round(t, std::max<std::int64_t>(grace_left, 0), round_kill_wait_ms, true);
+    left = has_processes();
+  }
+  bool cgroup_empty = true;
+  if (params.cgroup != nullptr) {
+    const auto wait_left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
+    cgroup_empty = kill_cgroup_and_wait(t, std::max<std::int64_t>(wait_left, round_kill_wait_ms));
+  }
+  const bool below_anchor = params.job_has_processes ? params.job_has_processes() : true;
+  teardown_result& result = t.result;
+  result.job_empty = cgroup_empty && !below_anchor;
+  if (!cgroup_empty) {
+    result.not_empty_why = "the job's cgroup " + params.cgroup->name() + " still holds processes";
+  } else if (below_anchor) {
+    result.not_empty_why = params.job_has_processes ? "the job's subreaper still has live children"
+                                                    : "nothing can tell whether the job has processes left";
+  }
+  if (result.job_empty) {
+    for (leftover& l : result.leftovers) {  // none is left: each one that was seen is gone
+      if (!l.ended) { l.ended_after_ns = elapsed_ns(t.start); }
+      l.ended = true;
+    }
+  }
+  result.duration_ns = elapsed_ns(t.start);
   return result;
 }
 
@@ -403,7 +611,7 @@ struct anchor_state {
 void become_anchor(anchor_state& a) {
   static_cast<void>(::prctl(PR_SET_NAME, "gpuguard-anchor"));
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-    send_message(a.message_fd, msg_exec_failed, errno);
+    send_message(a.message_fd, msg_setup_failed, errno);
     ::_exit(1);
   }
   static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes watch_supervisor; the pipe decides
@@ -435,7 +643,7 @@ void start_command(anchor_state& a, const exec_plan& plan) {
   make_pipe(report_read, report_write);
   a.command = ::fork();
   if (a.command < 0) {
-    send_message(a.message_fd, msg_exec_failed, errno);
+    send_message(a.message_fd, msg_setup_failed, errno);
     ::_exit(1);
   }
   if (a.command == 0) { exec_command(plan, a.self, report_write.get()); }
@@ -492,6 +700,10 @@ void watch_supervisor(anchor_state& a) {
         reap(a);
         ::_exit(0);
       }
+      if (got == 1 && byte == 'q') {  // is anything of the job left below us?
+        send_message(a.message_fd, msg_children, live_child_remains([&a] { reap(a); }) ? 1 : 0);
+        continue;
+      }
       if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) { return; }
     }
     if (::getppid() != a.supervisor) { return; }
@@ -502,7 +714,7 @@ void watch_supervisor(anchor_state& a) {
 // says so on stderr, and exits with CMD's status.
 [[noreturn]] void end_orphaned_job(anchor_state& a) {
   const std::string& name = a.config.command.front();
-  const std::string short_name = name.substr(name.find_last_of('/') + 1);  // npos + 1 == 0
+  const std::string short_name = printable_on_one_line(name.substr(name.find_last_of('/') + 1));  // npos + 1 == 0
   write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(a.supervisor) +
                ") is gone: ending the processes of " + short_name + "\n");
   teardown_params params;
@@ -512,6 +724,7 @@ void watch_supervisor(anchor_state& a) {
   params.signal_fd = a.signals.get();
   params.signals_cut_short = false;  // our own death signal must not skip the grace period
   params.cgroup = a.in_cgroup ? &a.cgroup : nullptr;
+  params.job_has_processes = [&a] { return live_child_remains([&a] { reap(a); }); };
   const teardown_result result = end_leftovers(params, [&a] { reap(a); });
   static_cast<void>(a.cgroup.remove(1000));
   std::size_t killed = 0;
@@ -522,7 +735,9 @@ void watch_supervisor(anchor_state& a) {
   }
   write_stderr("[gpuguard run] ended " + std::to_string(result.leftovers.size()) + " processes of " +
                short_name + " (" + std::to_string(killed) + " needed SIGKILL" +
-               (survived > 0 ? ", " + std::to_string(survived) + " could not be ended" : std::string()) + ")\n");
+               (survived > 0 ? ", " + std::to_string(survived) + " could not be ended" : std::string()) + ")" +
+               (result.job_empty ? std::string() : "; THE JOB MAY STILL HAVE PROCESSES: " + result.not_empty_why) + "\n");
+  if (!result.job_empty || survived > 0) { ::_exit(exit_not_ended); }
   ::_exit(a.command_done ? shell_status(a.command_status) : 1);
 }
 
@@ -702,10 +917,15 @@ job_start await_start(supervisor_state& s) {
   } else if (s.cgroup.active()) {
     static_cast<void>(s.cgroup.remove(0));
   }
-  if (got && first.kind == msg_exec_failed) {
+  if (got && (first.kind == msg_exec_failed || first.kind == msg_setup_failed)) {
     s.out.how = run_outcome::end::not_started;
     s.out.exec_error = first.value;
-    s.out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    if (first.kind == msg_setup_failed) {  // ours, not CMD's: the status of gpuguard's own failures
+      s.out.setup_failed = true;
+      s.out.exit_status = 1;
+    } else {
+      s.out.exit_status = (first.value == ENOENT || first.value == ENOTDIR) ? 127 : 126;
+    }
     static_cast<void>(tell_anchor_to_exit(s.control.get()));
     s.control.reset();
     reap_anchor(s);
@@ -800,6 +1020,25 @@ void note_command_end(supervisor_state& s) {
   }
 }
 
+// The subreaper's proof (teardown_params::job_has_processes): asks the anchor whether it has a
+// live child; once the anchor is gone, the orphans come to us, and we look at our own children.
+// True (something may be left) when the anchor does not answer within a second.
+bool job_has_processes(supervisor_state& s) {
+  reap(s);
+  if (s.anchor_alive && tell_anchor(s.control.get(), 'q')) {
+    const steady::time_point deadline = steady::now() + std::chrono::seconds(1);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
+      if (left <= 0 || !wait_readable(s.messages.get(), static_cast<int>(left))) { return true; }
+      message m{0, 0};
+      if (!read_message(s.messages.get(), m)) { break; }  // the anchor is gone
+      if (m.kind == msg_children) { return m.value != 0; }
+    }
+    reap_anchor(s);
+  }
+  return live_child_remains([&s] { reap(s); });
+}
+
 // Ends what CMD left behind, looking first at who holds a device; then looks again at any process
 // that could not be ended, and, with --require-clean, waits for the GPU to be clean.
 void end_job(supervisor_state& s) {
@@ -810,10 +1049,21 @@ void end_job(supervisor_state& s) {
   params.grace_ms = s.config.grace_ms;
   params.signal_fd = s.signals.get();
   params.cgroup = s.joined_cgroup ? &s.cgroup : nullptr;
+  params.job_has_processes = [&s] { return job_has_processes(s); };
   const util::nvml_library* nvml = s.config.require_clean ? &s.nvml : nullptr;
   reap(s);
+  // However slow the residue check and the scans are (a job that keeps every CPU busy), cgroup.kill
+  // comes at the latest this long after CMD's end.
+  std::atomic<bool> hard_killed{false};
+  const cgroup_kill_timer at_the_latest(params.cgroup,
+                                        steady::now() + std::chrono::milliseconds(s.config.grace_ms + hard_kill_slack_ms),
+                                        [&hard_killed](bool killed) { hard_killed = killed; });
   s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
   s.out.teardown = end_leftovers(params, [&s] { reap(s); });
+  if (hard_killed) {
+    s.out.notes.push_back("cgroup.kill came " + detail::format_duration((s.config.grace_ms + hard_kill_slack_ms) * 1000000) +
+                          " after CMD's end, before the scans were done (a job that keeps every CPU busy slows them)");
+  }
   std::vector<proc_stat> survivors;
   for (const leftover& l : s.out.teardown.leftovers) {
     if (l.ended) { continue; }
@@ -868,6 +1118,9 @@ void record_status(supervisor_state& s) {
     out.exit_status = 1;
   }
   if (out.clean.required && !out.clean.clean) { out.exit_status = exit_not_clean; }
+  const bool survivor = std::any_of(out.teardown.leftovers.begin(), out.teardown.leftovers.end(),
+                                    [](const leftover& l) { return !l.ended; });
+  if (!out.teardown.job_empty || survivor) { out.exit_status = exit_not_ended; }
 }
 
 }  // namespace
@@ -880,7 +1133,12 @@ run_outcome supervise(const run_config& config) {
   become_subreaper(s);  // signals through signalfd; orphans of the job come back to us
   prepare_command(s);
   isolate(s);
-  spawn_anchor(s);  // the anchor starts CMD
+  try {
+    spawn_anchor(s);  // the anchor starts CMD
+  } catch (...) {
+    static_cast<void>(s.cgroup.remove(0));  // nothing joined it
+    throw;
+  }
   measure_gpu_before(s);
   const job_start started = await_start(s);
   if (started == job_start::not_started) { return out; }

@@ -44,6 +44,9 @@ struct run_config {
 
 /// Exit status of `gpuguard run --require-clean` when the GPU is not clean after the job.
 inline constexpr int exit_not_clean = 125;
+/// Exit status of `gpuguard run` when the job could not be ended: a process of it outlived the
+/// teardown, or the boundary cannot prove that none did (it wins over CMD's status and over 125).
+inline constexpr int exit_not_ended = 124;
 /// How far above its level before the job a device's used memory may be and still count as back.
 inline constexpr std::uint64_t clean_tolerance_bytes = std::uint64_t{64} << 20;
 
@@ -83,6 +86,7 @@ struct leftover {
   bool sent_sigterm = false;
   bool sent_sigkill = false;
   bool ended = false;       // gone (or a zombie) by the end
+  bool found_late = false;  // missed by the first round of scans; found by a later one or in the cgroup before its last kill
   std::int64_t ended_after_ns = -1;  // from the start of the teardown, when seen gone
   std::string signal_error;  // why a signal could not be sent ("Operation not permitted"); "" if none failed
 };
@@ -93,6 +97,13 @@ struct teardown_result {
   bool cut_short = false;           // a signal to the supervisor ended the grace period early
   int cut_short_by = 0;
   std::int64_t duration_ns = 0;
+  /// The boundary proves that no process of the job is left: its cgroup is empty (`populated 0`)
+  /// where it ran in one, and the anchor (the job's subreaper) has no live child.
+  bool job_empty = false;
+  /// The last cgroup.kill found the cgroup populated although every process the scans saw had
+  /// ended: it ended processes no scan saw (a job forking faster than it is read).
+  bool unseen_ended_by_cgroup_kill = false;
+  std::string not_empty_why;        // when !job_empty: what is still there, or why it cannot be told
 };
 
 /// How CMD ended, and everything the summary and the report say.
@@ -101,6 +112,7 @@ struct run_outcome {
   end how = end::unknown;
   int code = 0;          // exit code or signal number
   int exec_error = 0;    // errno when CMD could not be started
+  bool setup_failed = false;  // ... because the anchor could not fork it (exec_error: why): exit status 1
   int exit_status = 1;   // what `gpuguard run` exits with: the code, 128+N, 126/127, 1 if unknown
   pid_t supervisor_pid = 0;
   pid_t anchor_pid = 0;

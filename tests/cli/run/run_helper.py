@@ -294,7 +294,51 @@ def mode_entrypoint(out, orphans):
     sleep_forever()
 
 
-MODES = {"sleeper": mode_sleeper, "daemon": mode_daemon, "entrypoint": mode_entrypoint, "tree": mode_tree, "record": mode_record, "orphans": mode_orphans,
+def mode_hopper(out, hops, sleep_ms, life_s):
+    """hopper OUT HOPS SLEEP_MS LIFE_S: a PID hopper that ignores SIGTERM: forks, lets the parent
+    exit, sleeps SLEEP_MS in the child, and again, HOPS times, appending "PID" to OUT at each hop;
+    the last one appends "done" and sleeps LIFE_S then exits (so that one that escapes is
+    bounded). This process waits for the first hop, and exits 0."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.fork() != 0:
+        wait_for_lines(out, 1)
+        return 0
+    for _ in range(int(hops)):
+        if os.fork() != 0:
+            os._exit(0)
+        append(out, f"{os.getpid()}\n")
+        time.sleep(float(sleep_ms) / 1000.0)
+    append(out, "done\n")
+    time.sleep(float(life_s))
+    os._exit(0)
+
+
+def mode_forkbomb(out, cap, life_s, *flags):
+    """forkbomb OUT CAP LIFE_S [--spin]: a fork bomb that ignores SIGTERM: every process forks a
+    child (which does the same) every 200 us, until CAP processes were made in all (counted by
+    one-byte appends to OUT + ".count"); each then sleeps (with --spin: keeps a CPU busy) for
+    LIFE_S and exits. This process exits 0 as soon as the bomb has started, so that it grows
+    through the teardown."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    counter = out + ".count"
+    cap = int(cap)
+    if os.fork() != 0:
+        os._exit(0)  # at once: with --spin, an interpreter's exit could take seconds
+    end = time.monotonic() + float(life_s)
+    fd = os.open(counter, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    while True:
+        os.write(fd, b"x")  # claims one fork
+        if os.fstat(fd).st_size > cap:
+            break
+        if os.fork() != 0:
+            time.sleep(0.0002)  # the parent forks again after 200 us; the child at once
+    os.close(fd)
+    while time.monotonic() < end:
+        if "--spin" not in flags:
+            time.sleep(end - time.monotonic())
+    os._exit(0)
+
+MODES = {"sleeper": mode_sleeper, "hopper": mode_hopper, "forkbomb": mode_forkbomb, "daemon": mode_daemon, "entrypoint": mode_entrypoint, "tree": mode_tree, "record": mode_record, "orphans": mode_orphans,
          "holder": mode_holder, "hold": mode_hold, "env": mode_env, "die": mode_die, "tty": mode_tty,
          "jobshell": mode_jobshell}
 

@@ -4,6 +4,10 @@ usage errors, exit statuses, signal forwarding, reaping, the teardown of what CM
 (however CMD or the supervisor ends), the residue check with a fake device and a fake NVML,
 --track's environment, and the terminal.
 
+The `escape` group runs jobs that try to outrun the teardown (a PID hopper, fast fork bombs) in a
+few trials each, inside a cgroup of the test's own; GPUGUARD_RUN_ESCAPE_TRIALS=N runs N trials of
+each on each path instead of 3 (50 for the long form: about ten minutes on two cores).
+
 usage: run_test.py GPUGUARD FAKE_NVML_SO FAKE_PRELOAD_SO [GROUP...]
 GROUP is one of the test classes below (default: all).
 """
@@ -134,11 +138,13 @@ def check_report(test, doc):
         t.assertEqual(set(s), {"signal", "name", "count"})
         t.assertEqual(s["name"], signal.Signals(s["signal"]).name)
     td = doc["teardown"]
-    t.assertEqual(set(td), {"duration_s", "cut_short_by", "terminated", "killed", "survived", "processes"})
+    t.assertEqual(set(td), {"duration_s", "cut_short_by", "terminated", "killed", "survived", "job_empty",
+                            "unseen_ended_by_cgroup_kill", "not_empty_why", "processes"})
+    t.assertEqual(td["not_empty_why"] is None, td["job_empty"])
     t.assertEqual(td["terminated"] + td["killed"] + td["survived"], len(td["processes"]))
     for p in td["processes"]:
         t.assertEqual(set(p), {"pid", "ppid", "pgid", "sid", "comm", "cmdline", "left_group", "sigterm", "sigkill",
-                               "ended", "ended_after_s", "signal_error"})
+                               "ended", "found_late", "ended_after_s", "signal_error"})
     t.assertEqual(td["killed"], sum(1 for p in td["processes"] if p["ended"] and p["sigkill"]))
     t.assertEqual(td["survived"], sum(1 for p in td["processes"] if not p["ended"]))
     r = doc["residue"]
@@ -578,6 +584,231 @@ class boundary(base):
         self.assertEqual(rc, 0, err)
         self.assertIn("GPUGUARD_RUN_OPTIONS: bad value 'maybe' for key 'cgroup': expected one of 0, 1, true, false, yes, no; "
                       "ignored", err)
+
+
+# ---- jobs that try to escape: a PID hopper, a fast fork bomb -------------------------------------
+# Every trial runs `gpuguard run` inside a cgroup of the test's own (where this process can make
+# one), ended with cgroup.kill afterwards whatever happened; every stress process also ends by
+# itself after a few seconds, so that nothing of a failed trial can load the machine. A trial
+# counts an escape when a process of the job is alive once `gpuguard run` has exited.
+# GPUGUARD_RUN_ESCAPE_TRIALS=N runs N trials of each kind on each path (default 3; 50 for the
+# long form).
+ESCAPE_TRIALS = int(os.environ.get("GPUGUARD_RUN_ESCAPE_TRIALS", "3"))
+
+
+def own_cgroup_dir():
+    """This process's cgroup v2 directory, or None."""
+    with open("/proc/self/mountinfo") as f:
+        mount = next(((l.split(" - ")[0].split()[4], l.split(" - ")[0].split()[3]) for l in f if " - cgroup2 " in l), None)
+    if mount is None:
+        return None
+    with open("/proc/self/cgroup") as f:
+        own = next((l[3:].strip() for l in f if l.startswith("0::")), None)
+    if own is None or (mount[1] != "/" and not own.startswith(mount[1])):
+        return None
+    return mount[0] + (own[len(mount[1]):] if mount[1] != "/" else own).rstrip("/")
+
+
+def read_events(directory):
+    with open(os.path.join(directory, "cgroup.events")) as f:
+        return dict(l.split() for l in f if l.strip())
+
+
+def end_test_cgroup(directory):
+    """cgroup.kill, a wait for populated 0 (bounded), then the directory and any below it."""
+    with open(os.path.join(directory, "cgroup.kill"), "w") as f:
+        f.write("1")
+    wait_until(lambda: read_events(directory)["populated"] == "0", 10)
+    for root, dirs, _ in sorted(os.walk(directory), key=lambda w: -w[0].count("/")):
+        for d in dirs:
+            os.rmdir(os.path.join(root, d))
+    os.rmdir(directory)
+
+
+def activity(path):
+    """How much a job's processes wrote to `path` so far (each hop, each fork adds to it)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+class escape(base):
+    """A PID hopper (fork, parent exits, again, ignoring SIGTERM) and a fast fork bomb (every
+    process forks every 200 us, up to 400): on the cgroup path none escapes and every process is
+    gone within 2 s of CMD's end; on the subreaper path none escapes unless the status (124) and
+    the summary say the job may still have processes."""
+
+    def setUp(self):
+        super().setUp()
+        self.cgroup_why = cgroup_v2_writable()
+        self.test_cgroup = None
+        if not self.cgroup_why:
+            self.test_cgroup = os.path.join(own_cgroup_dir(), f"gpuguard-test-escape.{os.getpid()}")
+            os.mkdir(self.test_cgroup)
+            self.addCleanup(end_test_cgroup, self.test_cgroup)
+
+    def run_in_test_cgroup(self, *args):
+        """`gpuguard run ARGS...` in the test's cgroup; its exit status, stderr, and the report."""
+        report = self.path("r.json")
+        procs = os.path.join(self.test_cgroup, "cgroup.procs") if self.test_cgroup else None
+
+        def enter():
+            no_core_dumps()
+            if procs:
+                with open(procs, "w") as f:
+                    f.write("0")
+
+        full_env = dict(os.environ)
+        full_env.pop("GPUGUARD_RUN_OPTIONS", None)
+        p = subprocess.Popen([GPUGUARD, "run", "--report", report, *args], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=full_env, start_new_session=True,
+                             preexec_fn=enter)
+        self.to_kill.append(p.pid)
+        _, err = p.communicate(timeout=60)
+        return p.returncode, err.decode(), self.read_report(report)
+
+    def escaped(self, activity_file):
+        """Whether a process of the job ran on after `gpuguard run` exited: it still wrote to
+        `activity_file` (a hop, a fork), or it is still in the test's cgroup. (A process that
+        escapes may be ended soon after by an init that ends adopted orphans, so being alive later
+        is not the test.)"""
+        before = activity(activity_file)
+        time.sleep(0.3)
+        if activity(activity_file) != before:
+            return True
+        return self.test_cgroup is not None and read_events(self.test_cgroup)["populated"] != "0"
+
+    def judge(self, path_options, rc, err, doc, activity_file, name):
+        """Escapes of one trial, and the invariant every path keeps: a trial with an escape exits
+        124 and says so; one that claims nothing is left has none."""
+        line = self.summary(err)
+        escaped = self.escaped(activity_file)
+        if escaped:
+            self.assertEqual(rc, 124, f"{name} escaped, status {rc}: {line}")
+            self.assertFalse(doc["teardown"]["job_empty"], line)
+        if rc == 0:
+            self.assertTrue(doc["teardown"]["job_empty"], line)
+            self.assertFalse(escaped, line)
+        else:
+            self.assertEqual(rc, 124, line)
+            self.assertTrue("THE JOB MAY STILL HAVE PROCESSES" in line or "COULD NOT BE ENDED" in line, line)
+        self.assertNotIn("no process outlived it", line)  # both jobs always leave processes behind
+        if "--no-cgroup" not in path_options:
+            self.assertEqual(doc["boundary"]["kind"], "cgroup", line)
+            self.assertEqual((rc, escaped), (0, False), f"{name} on the cgroup path: {line}")
+        return escaped
+
+    def paths(self):
+        cgroup = [()] if not self.cgroup_why else []
+        if self.cgroup_why:
+            print(f"\nthe cgroup path is not tested: {self.cgroup_why}", file=sys.stderr)
+        return cgroup + [("--no-cgroup",)]
+
+    def test_pid_hopper_never_escapes_silently(self):
+        for options in self.paths():
+            escapes = 0
+            for trial in range(ESCAPE_TRIALS):
+                with self.subTest(options=options, trial=trial):
+                    out = self.path(f"hopper.{trial}.{len(options)}")
+                    rc, err, doc = self.run_in_test_cgroup("--grace", "0.1", *options, "--", PYTHON, HELPER, "hopper",
+                                                           out, "200", "0.5", "5")
+                    escaped = self.judge(options, rc, err, doc, out, "the hopper")
+                    escapes += escaped
+                    with open(out) as f:
+                        hops = f.read().splitlines()
+                    if not options:  # the cgroup path ends it while it still hops
+                        self.assertNotEqual(hops[-1], "done", f"the hopper made all its hops: {len(hops)} lines")
+            print(f"\nhopper, {' '.join(options) or 'cgroup'}: {escapes} of {ESCAPE_TRIALS} trials escaped "
+                  "(each said so, status 124)", file=sys.stderr)
+
+    def test_fast_fork_bomb_is_gone_within_two_seconds_of_cmds_end(self):
+        for options in self.paths():
+            for trial in range(max(1, ESCAPE_TRIALS // 2)):
+                with self.subTest(options=options, trial=trial):
+                    out = self.path(f"bomb.{trial}.{len(options)}")
+                    rc, err, doc = self.run_in_test_cgroup("--grace", "0.2", *options, "--", PYTHON, HELPER, "forkbomb",
+                                                           out, "400", "5")
+                    self.judge(options, rc, err, doc, out + ".count", "the fork bomb")
+                    if not options:  # the cgroup path: SIGTERM, the grace, then cgroup.kill at once
+                        self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
+
+    def test_busy_fork_bomb_is_killed_on_time_on_the_cgroup_path(self):
+        """400 processes that keep both CPUs busy make every read of the process table slow: the
+        cgroup.kill at the end of the grace period must not wait for the scans."""
+        if self.cgroup_why:
+            self.skipTest(self.cgroup_why)
+        out = self.path("busy")
+        rc, err, doc = self.run_in_test_cgroup("--grace", "0.2", "--", PYTHON, HELPER, "forkbomb", out, "400", "5",
+                                               "--spin")
+        self.judge((), rc, err, doc, out + ".count", "the busy fork bomb")
+        self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
+
+
+# ---- the supervisor's own failures, and names that are not text ---------------------------------
+
+def pids_v1_dir():
+    """The cgroup v1 `pids` hierarchy when this process may make a child of it, else None."""
+    root = "/sys/fs/cgroup/pids"
+    return root if os.geteuid() == 0 and os.access(os.path.join(root, "cgroup.procs"), os.W_OK) else None
+
+
+class failures(base):
+    def run_with_pids_max(self, pids_max, *args):
+        """`gpuguard run ARGS...` in a cgroup v1 `pids` group of the test's own that allows
+        `pids_max` processes: with 1 the supervisor cannot fork the anchor, with 2 the anchor
+        cannot fork CMD. Returns (gpuguard's pid, exit status, stderr)."""
+        root = pids_v1_dir()
+        if root is None:
+            self.skipTest("no writable cgroup v1 pids hierarchy (root and /sys/fs/cgroup/pids are needed)")
+        group = os.path.join(root, f"gpuguard-test-fork.{os.getpid()}.{pids_max}")
+        os.mkdir(group)
+        self.addCleanup(os.rmdir, group)
+        with open(os.path.join(group, "pids.max"), "w") as f:
+            f.write(str(pids_max))
+
+        def enter():
+            no_core_dumps()
+            with open(os.path.join(group, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+        p = subprocess.Popen([GPUGUARD, "run", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=enter)
+        self.to_kill.append(p.pid)
+        _, err = p.communicate(timeout=30)
+        return p.pid, p.returncode, err.decode()
+
+    def test_a_failed_fork_says_so_once_removes_its_cgroup_and_exits_1(self):
+        for pids_max, who in ((1, "the supervisor forking the anchor"), (2, "the anchor forking CMD")):
+            with self.subTest(who=who):
+                report = self.path(f"r{pids_max}.json")
+                supervisor, rc, err = self.run_with_pids_max(pids_max, "--report", report, "--", "true")
+                self.assertEqual(rc, 1, err)
+                self.assertEqual(err.count("gpuguard run:"), 1, err)
+                self.assertIn("fork: Resource temporarily unavailable", err)
+                own = own_cgroup_dir()
+                if own is not None:
+                    left = [n for n in os.listdir(own) if n.startswith(f"gpuguard-run.{supervisor}.")]
+                    self.assertEqual(left, [], "the job's cgroup was left behind")
+                if pids_max == 2:  # the report is written: CMD was not started, for a reason of ours
+                    doc = self.read_report(report)
+                    self.assertEqual((doc["end"], doc["exit_status"]), ("not_started", 1))
+                    self.assertEqual(doc["exec_error"], "fork: Resource temporarily unavailable")
+
+    def test_names_with_escape_sequences_and_newlines_are_printed_as_one_plain_line(self):
+        name = self.path("evil\x1b[2J\x1b]0;title\x07name\nsecond line\x7f")
+        with open(name, "w") as f:
+            f.write("#!/bin/sh\nexit 3\n")
+        os.chmod(name, 0o755)
+        rc, _, err = self.run_gpuguard("--", name)
+        self.assertEqual(rc, 3, err)
+        rc2, _, err2 = self.run_gpuguard("--", name + ".missing")
+        self.assertEqual(rc2, 127, err2)
+        for text in (err, err2):
+            self.assertEqual(len(text.splitlines()), 1, text)
+            self.assertFalse(any(c in text for c in "\x1b\x07\x7f"), repr(text))
+        self.assertIn("evil [2J ]0;title name second line  exited with status 3", err)
+        self.assertIn("cannot start '", err2)
 
 
 # ---- as a container's entrypoint: PID 1 of its own PID namespace --------------------------------

@@ -5,7 +5,7 @@
 add_library(gpuguard_run_fake_preload MODULE ${CMAKE_CURRENT_SOURCE_DIR}/fake_nvml.cpp)
 gpuguard_set_warnings(gpuguard_run_fake_preload)
 
-foreach(group IN ITEMS usage exit_status signals teardown boundary pid1 clean residue track tty)
+foreach(group IN ITEMS usage exit_status signals teardown boundary escape failures pid1 clean residue track tty)
   add_test(NAME cli.run.${group}
     COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run/run_test.py $<TARGET_FILE:gpuguard_cli>
       $<TARGET_FILE:gpuguard_fake_nvml> $<TARGET_FILE:gpuguard_run_fake_preload> ${group})
