@@ -13,8 +13,14 @@ namespace gpuguard::detail {
 using end_of_run_work = void (*)(const char* reason, bool normal_exit, int end_signal, int exit_status) noexcept;
 void hand_end_of_run(end_of_run_work work) noexcept;
 
+/// What quick_exit runs (lifecycle/finish_run.cpp: the outputs' buffered lines flushed), handed
+/// over the same way; registered with at_quick_exit by register_exit_report.
+using quick_exit_work = void (*)() noexcept;
+void hand_quick_exit(quick_exit_work work) noexcept;
+
 /**
- * Runs the end-of-run work once, whichever exit path gets here first, with `reason` ("exit",
+ * Runs the end-of-run work once, whichever exit path gets here first (never in a process whose
+ * state is a copy of another's: util/process_identity.hpp), with `reason` ("exit",
  * "terminate", "signal SIGTERM") for the log's `end` line. With `normal_exit`, leak_exitcode may
  * end the process with its status; other paths keep theirs. If the work takes longer than
  * cleanup_timeout, the process ends by `end_signal` (when not 0) or with `exit_status` (when not
@@ -25,7 +31,8 @@ void end_run(const char* reason, bool normal_exit, int end_signal = 0, int exit_
 /// True once end_run has started.
 bool run_finished() noexcept;
 
-/// Registers the end-of-run work with on_exit (again). Handlers run in reverse order of
+/// Registers the end-of-run work with on_exit (again), and the quick_exit work with
+/// at_quick_exit (once). Handlers run in reverse order of
 /// registration, so registering after the CUDA runtime initialised makes the work run before the
 /// runtime's teardown. Running it twice does nothing the second time. Defined in exit_work.cpp.
 void register_exit_report() noexcept;
@@ -41,6 +48,8 @@ void running_cleanup_name(char* out, std::size_t size) noexcept;
 [[noreturn]] void die_by_signal(int sig) noexcept;
 
 /// Closes the crash file opened in advance and removes it if nothing was written (hooks.cpp).
+/// Async-signal-safe; does nothing in a process whose state is a copy of another's (the file is
+/// the parent's).
 void discard_unused_crash_file() noexcept;
 
 /// The event log's file descriptor (the JSONL sink's), so that the crash handler can end the log

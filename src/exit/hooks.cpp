@@ -4,7 +4,10 @@
 //  - a termination-signal handler only writes one byte to a pipe (or, on a second signal,
 //    restores the default action and raises the signal again);
 //  - the crash handler calls only async-signal-safe functions: no malloc, no locks it could wait
-//    on, no stdio, no CUDA. It formats into a buffer on its stack and writes with write(2).
+//    on, no stdio, no CUDA. It formats into a buffer on its stack and writes with write(2);
+//  - in a process whose state is a copy of another's (util/process_identity.hpp) the pipe, the
+//    crash file and the event log are the parent's: both handlers write nothing there and end
+//    the process by the signal's default action.
 #include <gpuguard/core/hooks.hpp>
 
 #include <gpuguard/core/cleanup.hpp>
@@ -13,6 +16,7 @@
 #include "exit/exit_paths.hpp"
 #include "process/child_groups.hpp"
 #include "util/kept_for_process.hpp"
+#include "util/process_identity.hpp"
 #include "ledger/ledger_internal.hpp"
 #include "ledger/stacks.hpp"
 #include "util/file.hpp"
@@ -71,6 +75,9 @@ std::atomic<int> crash_fd{-1};
 std::atomic<const char*> crash_path_text{nullptr};
 // The JSONL event log's descriptor: the handler appends one `crash` line to it.
 std::atomic<int> event_log_fd{-1};
+// The thread that calls abort() at the end of the terminate path (0: none): its SIGABRT is that
+// path's own end, already reported, not a crash.
+std::atomic<pid_t> terminate_thread{0};
 
 struct hook_state {
   std::mutex mutex;
@@ -97,6 +104,19 @@ void set_default(int sig) noexcept {
   action.sa_handler = SIG_DFL;
   ::sigemptyset(&action.sa_mask);
   static_cast<void>(::sigaction(sig, &action, nullptr));
+}
+
+// Closes the crash file and removes it if nothing was written: fstat, close and unlink are
+// async-signal-safe, and the path was set once before any handler was installed.
+void discard_crash_file_if_empty() noexcept {
+  if (detail::in_copied_process()) { return; }  // the parent's file
+  const int fd = crash_fd.exchange(-1);
+  if (fd < 0) { return; }
+  struct stat info{};
+  const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
+  ::close(fd);
+  const char* path = crash_path_text.load(std::memory_order_relaxed);
+  if (empty && path != nullptr) { ::unlink(path); }
 }
 
 // Ends the process by `sig` now, from any context: default action, unblocked, raised.
@@ -375,8 +395,24 @@ void on_watchdog(int /*sig*/) {
   die_by(crash_signal.load(std::memory_order_relaxed));
 }
 
+// True for the SIGABRT that the terminate path raises itself (abort() on the thread that ran
+// on_terminate, sent by this process): the exception and the end of the run are already
+// reported, so it is not recorded again as a crash.
+bool terminate_abort(int sig, const siginfo_t* info, pid_t me) noexcept {
+  return sig == SIGABRT && info != nullptr && info->si_code <= 0 && info->si_pid == ::getpid() &&
+         me == terminate_thread.load(std::memory_order_relaxed);
+}
+
 void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
+  if (detail::in_copied_process()) {
+    // Not our process's crash to record: the default action, as if unhooked. A fault returns to
+    // the faulting instruction and dies there; a sent signal is raised again.
+    set_default(sig);
+    if (info == nullptr || info->si_code <= 0) { static_cast<void>(::raise(sig)); }
+    errno = saved_errno;
+    return;
+  }
   const auto me = static_cast<pid_t>(::syscall(SYS_gettid));
   pid_t owner = 0;
   if (!crash_thread.compare_exchange_strong(owner, me)) {
@@ -391,11 +427,13 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   ::alarm(watchdog_seconds);
 
   gpuguard_crash_handler_active = me;
-  gather(sig, info, context);
-  write_human(STDERR_FILENO);
-  const int fd = crash_fd.load(std::memory_order_relaxed);
-  if (fd >= 0) { write_record(fd); }
-  if (const int log = event_log_fd.load(std::memory_order_relaxed); log >= 0) { write_crash_event(log); }
+  if (!terminate_abort(sig, info, me)) {
+    gather(sig, info, context);
+    write_human(STDERR_FILENO);
+    const int fd = crash_fd.load(std::memory_order_relaxed);
+    if (fd >= 0) { write_record(fd); }
+    if (const int log = event_log_fd.load(std::memory_order_relaxed); log >= 0) { write_crash_event(log); }
+  }
   detail::run_signal_safe_cleanups();
   detail::kill_child_groups();
   gpuguard_crash_handler_active = 0;
@@ -417,12 +455,18 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
 
 void on_termination_signal(int sig) {
   const int saved_errno = errno;
+  if (detail::in_copied_process()) { die_by(sig); }  // the pipe is the parent's: act as if unhooked
   if (termination_started.exchange(true)) {
-    die_by(sig);  // a second signal while the first is handled: end now, still by this signal
+    // A second signal while the first is handled: end now, still by this signal.
+    discard_crash_file_if_empty();
+    die_by(sig);
   }
   const unsigned char byte = static_cast<unsigned char>(sig);
   const int fd = pipe_write_fd.load(std::memory_order_relaxed);
-  if (fd < 0 || ::write(fd, &byte, 1) != 1) { die_by(sig); }  // no watcher: act as if unhooked
+  if (fd < 0 || ::write(fd, &byte, 1) != 1) {  // no watcher: act as if unhooked
+    discard_crash_file_if_empty();
+    die_by(sig);
+  }
   errno = saved_errno;
 }
 
@@ -440,6 +484,7 @@ void watcher_main(int read_fd) {
     const std::string reason = std::string("signal ") + detail::signal_name(sig, "signal");
     detail::end_run(reason.c_str(), false, sig);
     std::fflush(nullptr);
+    discard_crash_file_if_empty();
     restore_previous(sig);
     die_by(sig);
   }
@@ -466,7 +511,9 @@ std::string current_exception_text() {
 
 [[noreturn]] void on_terminate() {
   static std::atomic<bool> entered{false};
-  if (!entered.exchange(true)) {
+  // In a copy of another process's state the ledger, the report and the files are the parent's:
+  // only the previous handler and the abort, as if unhooked.
+  if (!detail::in_copied_process() && !entered.exchange(true)) {
     try {
       const std::string what = current_exception_text();
       std::fprintf(stderr, "[gpuguard] std::terminate: %s\n", what.c_str());
@@ -479,6 +526,9 @@ std::string current_exception_text() {
     }
     detail::end_run("terminate", false, SIGABRT);
     std::fflush(nullptr);
+    discard_crash_file_if_empty();
+    // The abort below ends this path; it is not recorded as a crash (terminate_abort).
+    terminate_thread.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_relaxed);
   }
   const std::terminate_handler previous = hooks().previous_terminate;
   if (previous != nullptr && previous != on_terminate) { previous(); }
@@ -611,14 +661,6 @@ void detail::die_by_signal(int sig) noexcept { die_by(sig); }
 
 void detail::set_event_log_fd(int fd) noexcept { event_log_fd.store(fd, std::memory_order_relaxed); }
 
-void detail::discard_unused_crash_file() noexcept {
-  hook_state& st = hooks();
-  const int fd = crash_fd.exchange(-1);
-  if (fd < 0) { return; }
-  struct stat info{};
-  const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
-  ::close(fd);
-  if (empty && !st.crash_path.empty()) { ::unlink(st.crash_path.c_str()); }
-}
+void detail::discard_unused_crash_file() noexcept { discard_crash_file_if_empty(); }
 
 }  // namespace gpuguard

@@ -10,10 +10,10 @@
 #include "lifecycle/lifecycle.hpp"
 #include "process/child_groups.hpp"
 #include "outputs/outputs_internal.hpp"
+#include "util/process_identity.hpp"
 #include "util/quiet_thread.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -22,22 +22,10 @@
 #include <string>
 #include <thread>
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 namespace gpuguard {
-
-namespace {
-
-// True in a child made by fork(): the exit report, like the parent's cleanups and children, is
-// the parent's. A forked worker that exits must not print the parent's report again, nor rewrite
-// its leak_json, nor end with its leak_exitcode.
-std::atomic<bool> forked_child{false};
-
-void note_forked_child() noexcept { forked_child.store(true, std::memory_order_relaxed); }
-
-}  // namespace
 
 void run_exit_report(int exit_status) noexcept { detail::end_run("exit", true, 0, exit_status); }
 
@@ -103,6 +91,7 @@ class exit_watchdog {
       ssize_t ignored = ::write(STDERR_FILENO, message, std::min<std::size_t>(static_cast<std::size_t>(length), sizeof message - 1));
       static_cast<void>(ignored);
     }
+    detail::discard_unused_crash_file();
     if (end_signal != 0) { detail::die_by_signal(end_signal); }
     ::_exit(status);
   }
@@ -123,9 +112,10 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
     if (!enabled) { opts = process_options(); }
   } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the defaults do
   }
-  // In a forked child only its own cleanups and children are left (the parent's were forgotten
-  // at the fork), and the leak report is the parent's.
-  const bool report_leaks = enabled && !forked_child.load(std::memory_order_relaxed);
+  // In a child made by fork() only its own cleanups and children are left (the parent's were
+  // forgotten at the fork), and the leak report is the parent's: a forked worker that exits must
+  // not print it again, nor rewrite leak_json, nor end with leak_exitcode.
+  const bool report_leaks = enabled && !detail::in_forked_child();
   const exit_watchdog watchdog(opts.cleanup_timeout, end_signal, exit_status);
   // Cleanups first: what they free is then not reported as leaked.
   run_cleanups(reason);
@@ -156,10 +146,17 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
 
 namespace {
 
+// What quick_exit runs: the outputs' buffered lines reach their files (bounded: a writer stuck on
+// a full disk does not keep the process). No cleanups, no leak report, no end lines: quick_exit
+// is the program's way of leaving without its exit work.
+void flush_at_quick_exit() noexcept {
+  if (outputs_running()) { static_cast<void>(flush_outputs(std::chrono::seconds(2))); }
+}
+
 // The end of the run goes to the exit paths as the library loads, before any of them can run.
 const bool end_of_run_handed = [] {
   detail::hand_end_of_run(detail::finish_run);
-  static_cast<void>(::pthread_atfork(nullptr, nullptr, note_forked_child));
+  detail::hand_quick_exit(flush_at_quick_exit);
   return true;
 }();
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -131,6 +132,49 @@ void user_segv_handler(int /*sig*/) { mark("user-handler:segv\n"); }
 void user_term_handler(int /*sig*/) {
   mark("user-handler:term\n");
   std::exit(3);
+}
+
+// A worker made by a fork-like call that runs no atfork handler ends as `how` says: "exit"
+// (exit(0), which runs the atexit work), "crash" (SIGSEGV) or "term" (SIGTERM to itself). It
+// allocates nothing first: the call left malloc's locks as the parent's other threads held them.
+[[noreturn]] void copied_worker(const char* how) {
+  if (std::strcmp(how, "crash") == 0) { crash("SIGSEGV"); }
+  if (std::strcmp(how, "term") == 0) {
+    ::kill(::getpid(), SIGTERM);
+    ::sleep(5);
+    ::_exit(9);  // the signal did not end it
+  }
+  std::exit(0);
+}
+
+int clone_entry(void* how) { copied_worker(static_cast<const char*>(how)); }
+
+// Starts a copied_worker by `call` ("_Fork", "sys_fork", "clone"); -2: not available here.
+pid_t start_copy(const std::string& call, const char* how) {
+  if (call == "_Fork") {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    const pid_t pid = ::_Fork();
+    if (pid == 0) { copied_worker(how); }
+    return pid;
+#else
+    return -2;
+#endif
+  }
+  if (call == "sys_fork") {
+#if defined(SYS_fork)
+    const auto pid = static_cast<pid_t>(::syscall(SYS_fork));
+#else
+    const auto pid = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
+#endif
+    if (pid == 0) { copied_worker(how); }
+    return pid;
+  }
+  if (call == "clone") {
+    // Static storage, never freed: the worker's exit() must not unmap the stack it runs on.
+    alignas(16) static char stack[std::size_t{256} * 1024];
+    return ::clone(clone_entry, stack + sizeof stack, SIGCHLD, const_cast<char*>(how));
+  }
+  return -2;
 }
 
 }  // namespace
@@ -265,6 +309,49 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     std::printf("helper running %d\n", ::waitpid(helper.pid(), &helper_status, WNOHANG) == 0 ? 1 : 0);
     ready();
     return 0;
+  }
+  if (mode == "fork_like") {
+    // argv[3] is CALL+HOW (start_copy, copied_worker). The parent holds the same state as in
+    // "fork": 3 MiB live, a cleanup of each kind, and a helper started with gpuguard::spawn.
+    const std::string call = arg.substr(0, arg.find('+'));
+    static const std::string how = arg.substr(arg.find('+') + 1);
+    static gpuguard::child_process helper = gpuguard::spawn({"sleep", "1000"});
+    std::printf("child %d\n", static_cast<int>(helper.pid()));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const auto started = std::chrono::steady_clock::now();
+    const pid_t worker = start_copy(call, how.c_str());
+    if (worker == -2) {
+      std::printf("unsupported %s\n", call.c_str());
+      ready();
+      return 0;
+    }
+    if (worker < 0) {
+      std::printf("start failed %s: %s\n", call.c_str(), std::strerror(errno));
+      ready();
+      return 1;
+    }
+    int status = 0;
+    while (::waitpid(worker, &status, 0) < 0) {}
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    std::printf("worker status %d\n", status);
+    std::printf("worker ms %lld\n", static_cast<long long>(took.count()));
+    int helper_status = 0;
+    std::printf("helper running %d\n", ::waitpid(helper.pid(), &helper_status, WNOHANG) == 0 ? 1 : 0);
+    ready();
+    return 0;
+  }
+  if (mode == "quick_exit") {
+    // Events the writer has not written yet when quick_exit comes: its at_quick_exit flush writes
+    // them. argv[3]: how many allocations (each an `alloc` line).
+    ready();
+    const int count = std::atoi(arg.c_str());
+    for (int i = 0; i < count; ++i) { live().emplace_back(4096); }
+    std::quick_exit(4);
+  }
+  if (mode == "underscore_exit") {
+    ready();
+    ::_exit(6);
   }
   if (mode == "hung_cleanup") {
     // A cleanup that never returns (a checkpoint to a hung file server); argv[3] says how the

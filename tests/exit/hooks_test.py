@@ -178,6 +178,7 @@ for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
     end = run.end_line()
     check(end and end["reason"] == "signal " + sig.name, "%s: the log's end line names the signal" % sig.name, end)
     check("%s received" % sig.name in run.stderr, "%s: says what it does" % sig.name, run.stderr[-1000:])
+    check(not os.path.exists(run.crash), "%s: no empty crash file is left" % sig.name)
 
 # Without the hooks the same signal ends the process with nothing run: the tests above can fail.
 run = Run("signal", options="hooks=0")
@@ -225,6 +226,7 @@ died_by(run, signal.SIGTERM)
 check(run.ended_at - second < 2.0, "a second SIGTERM ends the process at once", run.ended_at - second)
 check(run.markers().count("slow:start") == 1 and "slow:end" not in run.markers(),
       "the slow cleanup was cut short", run.markers())
+check(not os.path.exists(run.crash), "a second SIGTERM leaves no empty crash file")
 
 # ---- a fault inside a cleanup: crash record, the signal-safe cleanup once -------------------------
 run = Run("faulting_cleanup")
@@ -266,6 +268,14 @@ cleanups_once(run)
 report_lists_live(run)
 end = run.end_line()
 check(end and end["reason"] == "terminate", "the log's end line says terminate", end)
+# Reported once: the abort() that ends the terminate path is not a crash to record again.
+check("[gpuguard] CRASH" not in run.stderr, "an uncaught exception is not reported again as a crash",
+      run.stderr[-2000:])
+check(not os.path.exists(run.crash), "an uncaught exception leaves no crash file")
+with open(run.log) as f:
+    check(not any(json.loads(l).get("type") == "crash" for l in f), "an uncaught exception: no crash line in the log")
+check(sum(1 for l in run.stderr.splitlines() if l.startswith("[gpuguard] LEAK:")) == 1,
+      "an uncaught exception: one leak report", run.stderr[-2000:])
 
 # ---- exit() from another thread while memory is live ----------------------------------------------
 run = Run("exit_from_thread").finish()
@@ -359,6 +369,76 @@ for how in ("exit", "crash"):
     if alive(helper):
         os.kill(helper, signal.SIGKILL)
 
+# ---- fork-like calls that run no atfork handler: _Fork, syscall(SYS_fork), clone -------------------
+# The same parent as above; the worker is made by a call that runs none of fork()'s child handlers,
+# so its copy of the library's state is its parent's (the pid recorded at load differs from its
+# own). It exits (exit(0): the atexit work runs), crashes (SIGSEGV) or sends itself SIGTERM; with
+# cleanup_timeout=0 a worker that tried to join the parent's writer thread would hang for ever.
+# ThreadSanitizer does not follow a process it did not see fork.
+if SANITIZE == "thread":
+    print("hooks_test: the fork-like calls are left out (ThreadSanitizer does not follow them)")
+for call in ([] if SANITIZE == "thread" else ["_Fork", "sys_fork", "clone"]):
+    for how, sig in (("exit", None), ("crash", signal.SIGSEGV), ("term", signal.SIGTERM)):
+        run = Run("fork_like", "%s+%s" % (call, how), options="cleanup_timeout=0")
+        what = "%s, worker %s" % (call, how)
+        if any(l.startswith("unsupported") for l in run.lines):
+            run.finish()
+            print("hooks_test: %s is not available in this C library: left out" % call)
+            break
+        helper = int(next(l for l in run.lines if l.startswith("child")).split()[1])
+        run.finish(timeout=20)
+        check(run.status == 0, "%s: the parent exits 0" % what, "status %s\n%s" % (run.status, run.stderr[-3000:]))
+        check("helper running 1" in run.lines, "%s: the parent's spawned helper outlives the worker" % what, run.lines)
+        status = int(next((l for l in run.lines if l.startswith("worker status")), "worker status -1").split()[2])
+        if sig is None:
+            check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "%s: the worker exits 0" % what, status)
+        else:
+            check(os.WIFSIGNALED(status) and os.WTERMSIG(status) == sig,
+                  "%s: the worker dies by %s" % (what, sig.name), status)
+        took = int(next((l for l in run.lines if l.startswith("worker ms")), "worker ms 999999").split()[2])
+        check(took < 5000, "%s: the worker ends promptly (cleanup_timeout=0)" % what, took)
+        marks = run.markers()
+        check(marks.count("cleanup:ordinary") == 1 and marks.count("cleanup:safe") == 1,
+              "%s: the parent's cleanups ran once, in the parent" % what, marks)
+        check("[gpuguard] CRASH" not in run.stderr and "received" not in run.stderr,
+              "%s: the worker's exit paths wrote nothing of gpuguard's" % what, run.stderr[-3000:])
+        check(not os.path.exists(run.crash), "%s: nothing in the parent's crash file (removed unused)" % what)
+        try:
+            with open(run.log) as f:
+                events = [json.loads(line) for line in f]
+        except (OSError, ValueError) as error:
+            events = []
+            check(False, "%s: the event log is unreadable: %s" % (what, error))
+        check(not any(e.get("type") == "crash" for e in events), "%s: no crash line in the parent's log" % what)
+        ends = [e for e in events if e.get("type") == "end"]
+        check(len(ends) == 1 and ends[0]["reason"] == "exit" and events[-1] is ends[0],
+              "%s: the log ends once, with the parent's exit" % what, ends)
+        reports = [l for l in run.stderr.splitlines() if l.startswith(("[gpuguard] LEAK:", "[gpuguard] no leaks"))]
+        check(len(reports) == 1 and reports[0].startswith("[gpuguard] LEAK: 3.0 MiB in 1 allocation "),
+              "%s: one leak report, the parent's" % what, run.stderr[-3000:])
+        try:
+            check(run.leak_report()["pid"] == run.proc.pid, "%s: leak_json is the parent's" % what)
+        except (OSError, ValueError) as error:
+            check(False, "%s: leak report missing or bad: %s" % (what, error))
+        check(gone_within(helper, 3), "%s: the helper is gone with the parent" % what)
+        if alive(helper):
+            os.kill(helper, signal.SIGKILL)
+
+# ---- quick_exit: the event log flushed, nothing else; no crash file left ----------------------------
+run = Run("quick_exit", "100").finish()
+check(run.status == 4, "quick_exit(4) keeps its status", run.status)
+check(run.markers() == [], "quick_exit runs no cleanups", run.markers())
+check(not os.path.exists(run.crash), "quick_exit leaves no empty crash file")
+try:
+    with open(run.log) as f:
+        events = [json.loads(line) for line in f]
+except (OSError, ValueError) as error:
+    events = []
+    check(False, "quick_exit: the event log is unreadable: %s" % error)
+allocs = sum(1 for e in events if e["type"] == "alloc") + sum(e.get("allocs", 0) for e in events if e["type"] == "mem_step")
+check(allocs == 101, "quick_exit: every allocation made before it reached the event log", allocs)
+check(not any(e["type"] == "end" for e in events), "quick_exit: no end line (the exit work does not run)")
+
 # ---- a hung cleanup is cut off after cleanup_timeout, and the status is kept ----------------------
 for how, expected in (("exit", 7), ("signal", -signal.SIGTERM), ("throw", -signal.SIGABRT)):
     run = Run("hung_cleanup", how, options="cleanup_timeout=1")
@@ -374,6 +454,7 @@ for how, expected in (("exit", 7), ("signal", -signal.SIGTERM), ("throw", -signa
     check("[gpuguard] cleanup 'stuck checkpoint' did not finish within cleanup_timeout=1 s: ending the process %s"
           % ending in run.stderr, "%s: says which cleanup hung" % what, run.stderr[-3000:])
     check(run.markers().count("stuck:start") == 1, "%s: the stuck cleanup had started" % what, run.markers())
+    check(not os.path.exists(run.crash), "%s: no empty crash file is left" % what)
 
 # The control: cleanup_timeout=0 waits for ever (the test ends it).
 run = Run("hung_cleanup", "exit", options="cleanup_timeout=0")
