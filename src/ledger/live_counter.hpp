@@ -117,7 +117,7 @@ void count_shared(thread_counts& counts, int slot, tag_id tag, std::uint64_t all
                   std::uint64_t frees) noexcept;
 
 __attribute__((always_inline)) inline void count_allocation(thread_counts& counts, int slot, tag_id tag, std::size_t bytes) noexcept {
-  if (counts.shared) [[unlikely]] {
+  if (__builtin_expect(counts.shared, false)) {
     count_shared(counts, slot, tag, 1, bytes, 0);
     return;
   }
@@ -130,7 +130,7 @@ __attribute__((always_inline)) inline void count_allocation(thread_counts& count
 }
 
 __attribute__((always_inline)) inline void count_free(thread_counts& counts, int slot, tag_id tag) noexcept {
-  if (counts.shared) [[unlikely]] {
+  if (__builtin_expect(counts.shared, false)) {
     count_shared(counts, slot, tag, 0, 0, 1);
     return;
   }
