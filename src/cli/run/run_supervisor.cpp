@@ -385,12 +385,16 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
 class cgroup_kill_timer {
  public:
   /// At `at`, unless destroyed first, writes cgroup.kill of `cgroup` (none: does nothing) and calls
-  /// `killed` with whether it could, on the timer's thread.
+  /// `killed`, on the timer's thread, with whether that ended processes: the cgroup was populated
+  /// and the write took.
   cgroup_kill_timer(const job_cgroup* cgroup, steady::time_point at, std::function<void(bool)> killed) {
     if (cgroup == nullptr) { return; }
     thread_ = std::thread([this, cgroup, at, done = std::move(killed)] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { done(cgroup->kill()); }
+      if (!wake_.wait_until(lock, at, [this] { return stop_; })) {
+        const bool populated = cgroup->populated();
+        done(cgroup->kill() && populated);
+      }
     });
   }
   cgroup_kill_timer(const cgroup_kill_timer&) = delete;
@@ -1061,6 +1065,8 @@ void end_job(supervisor_state& s) {
   s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
   s.out.teardown = end_leftovers(params, [&s] { reap(s); });
   if (hard_killed) {
+    // It ended processes of the job before any scan could name them: the job did outlive CMD.
+    s.out.teardown.unseen_ended_by_cgroup_kill = true;
     s.out.notes.push_back("cgroup.kill came " + detail::format_duration((s.config.grace_ms + hard_kill_slack_ms) * 1000000) +
                           " after CMD's end, before the scans were done (a job that keeps every CPU busy slows them)");
   }
