@@ -57,10 +57,10 @@ struct event_counts {
   std::atomic<std::int64_t> high{0};     // the most `part` reached in this local stretch
 };
 
-// One thread's counts of every device and tag. Blocks are never freed: a thread that ends gives
-// its block back and the next new thread takes it over, counts and all (they are sums, so whose
-// thread added to them does not matter), so there are never more blocks than threads that were
-// alive at once.
+// One thread's counts of every device and tag. Blocks live as long as their registry (the
+// ledger's never goes): a thread that ends gives its block back and the next new thread takes it
+// over, counts and all (they are sums, so whose thread added to them does not matter), so there
+// are never more blocks than threads that were alive at once.
 struct thread_counts {
   std::array<event_counts, device_slots> devices;
   std::array<event_counts, max_tags> tags;
