@@ -49,7 +49,10 @@ constexpr command_help help_text{
     "  - where cgroup v2 is writable (root, a container with its own cgroup, a delegated systemd\n"
     "    scope), CMD also runs in a cgroup of its own (gpuguard-run.PID.PIDNS, below its own), which\n"
     "    nothing it starts can leave by setsid or double fork; the leftovers' SIGKILL is then\n"
-    "    cgroup.kill, all at once. The summary line and the report say which boundary ran\n"
+    "    cgroup.kill, all at once. Elsewhere (an ordinary user, a container without one) CMD's\n"
+    "    parent is PID 1 of a PID namespace of its own (in a user namespace of its own where\n"
+    "    needed, the same user and groups mapped); when it ends, the kernel ends every process\n"
+    "    of the job. The summary line and the report say which boundary ran\n"
     "  - SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT are forwarded\n"
     "    to CMD's process group; on a terminal, CMD's group gets the foreground (Ctrl-C reaches it\n"
     "    directly, and Ctrl-Z stops the whole job)\n"
@@ -57,8 +60,9 @@ constexpr command_help help_text{
     "    at once\n"
     "  - if gpuguard itself is killed (even with SIGKILL), its helper process (gpuguard-anchor,\n"
     "    CMD's parent) ends CMD and every process below it the same way; if both are killed,\n"
-    "    CMD still dies (its parent-death signal is SIGKILL), but what it left may not: see\n"
-    "    run.md (the last line says where)",
+    "    CMD still dies (its parent-death signal is SIGKILL), and so does the whole job inside\n"
+    "    a PID namespace; in a cgroup, or on the subreaper path alone, what it left may not:\n"
+    "    see run.md (the last line says where)",
     // after the options
     "The first argument that is not an option starts CMD; '--' ends the options explicitly.\n"
     "\n"
@@ -77,7 +81,7 @@ constexpr command_help help_text{
     "environment:\n"
     "  GPUGUARD_RUN_OPTIONS   defaults for the options, 'key=value' items separated by ':':\n"
     "                         grace=SECONDS, report=PATH, track=0|1, cgroup=0|1,\n"
-    "                         require_clean=0|1 (options on the command\n"
+    "                         namespace=0|1, require_clean=0|1 (options on the command\n"
     "                         line win). A bad item is reported on stderr and ignored. It is not\n"
     "                         passed on to CMD\n"
     "  GPUGUARD_DEVICE_PREFIX  as --device-prefix\n"
@@ -138,6 +142,7 @@ struct parsed_options {
   std::optional<std::string> device_prefix;
   std::optional<bool> track;
   std::optional<bool> cgroup;
+  std::optional<bool> pid_namespace;
   std::optional<bool> require_clean;
   std::vector<std::string> options;  // --options, in order
 };
@@ -172,6 +177,7 @@ constexpr detail::option_key<parsed_options> environment_keys[] = {
     bool_item<&parsed_options::track>("track", "--track"),
     bool_item<&parsed_options::require_clean>("require_clean", "--require-clean"),
     bool_item<&parsed_options::cgroup>("cgroup", "the opposite of --no-cgroup"),
+    bool_item<&parsed_options::pid_namespace>("namespace", "the opposite of --no-namespace"),
 };
 
 void read_environment_options(parsed_options& opts) {
@@ -243,9 +249,13 @@ int run_main(int argc, char** argv) {
       ->type_name("PATH")
       ->envname("GPUGUARD_DEVICE_PREFIX");
   bool no_cgroup = false;
+  bool no_namespace = false;
   bool require_clean = false;
   bool track = false;
-  app.add_flag("--no-cgroup", no_cgroup, "do not make the job's cgroup: the subreaper path alone")->disable_flag_override();
+  app.add_flag("--no-cgroup", no_cgroup, "do not make the job's cgroup: its PID namespace, else the subreaper path")
+      ->disable_flag_override();
+  app.add_flag("--no-namespace", no_namespace, "without the cgroup, do not make the job's PID namespace: the subreaper path alone")
+      ->disable_flag_override();
   app.add_flag("--require-clean", require_clean, "after the job, exit 125 unless the GPU is clean within the grace period")
       ->disable_flag_override();
   app.add_flag("--track", track, "track CMD's allocations: prepend libgpuguard_preload.so to LD_PRELOAD")
@@ -258,6 +268,7 @@ int run_main(int argc, char** argv) {
   if (const std::optional<int> rc = parse_command_line(app, help_text.words, argc, argv)) { return *rc; }
   if (track) { opts.track = true; }
   if (no_cgroup) { opts.cgroup = false; }
+  if (no_namespace) { opts.pid_namespace = false; }
   if (require_clean) { opts.require_clean = true; }
   if (grace_given->count() > 0) {
     opts.grace_ms = detail::parse_grace_ms(grace);
@@ -288,6 +299,7 @@ int run_main(int argc, char** argv) {
   if (opts.grace_ms) { config.grace_ms = *opts.grace_ms; }
   if (opts.device_prefix) { config.device_prefix = *opts.device_prefix; }
   config.use_cgroup = opts.cgroup.value_or(true);
+  config.use_namespace = opts.pid_namespace.value_or(true);
   config.require_clean = opts.require_clean.value_or(false);
   if (opts.report && !opts.report->empty()) {
     config.report_path = detail::expand_path(*opts.report);

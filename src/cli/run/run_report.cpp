@@ -31,6 +31,22 @@ std::string grace_text(std::int64_t ms) {
   return text;
 }
 
+// Which boundary held the job (docs/run.md, "The boundary"): the report's boundary.kind.
+const char* boundary_kind(const run_outcome& o) {
+  if (!o.cgroup.empty()) { return "cgroup"; }
+  return o.pid_namespace ? "pid_namespace" : "subreaper";
+}
+
+// The summary line's words for it, with why a stronger one was not used.
+std::string boundary_text(const run_outcome& o) {
+  if (!o.cgroup.empty()) { return "cgroup " + o.cgroup; }
+  const std::string no_cgroup = "no cgroup: " + o.boundary_note;
+  if (o.pid_namespace) {
+    return std::string("PID namespace") + (o.user_namespace ? " in a user namespace" : "") + " (" + no_cgroup + ")";
+  }
+  return "subreaper (" + no_cgroup + "; no PID namespace: " + o.namespace_note + ")";
+}
+
 std::string plural(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -124,10 +140,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
     case run_outcome::end::not_started: line += " could not be started"; break;
     case run_outcome::end::unknown: line += " ended" + after + ", status unknown (exit status 1)"; break;
   }
-  if (o.how != run_outcome::end::not_started) {
-    line += o.cgroup.empty() ? "; boundary: subreaper (no cgroup: " + o.boundary_note + ")"
-                             : "; boundary: cgroup " + o.cgroup;
-  }
+  if (o.how != run_outcome::end::not_started) { line += "; boundary: " + boundary_text(o); }
 
   const teardown_result& t = o.teardown;
   std::size_t terminated = 0;
@@ -142,7 +155,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
       ++terminated;
     }
   }
-  if (t.leftovers.empty() && t.job_empty && !t.unseen_ended_by_cgroup_kill) {
+  if (t.leftovers.empty() && t.job_empty && !t.unseen_ended_by_cgroup_kill && !t.unseen_ended_by_namespace_end) {
     line += "; no process outlived it";  // only where the boundary proves it
   } else if (t.leftovers.empty()) {
     line += "; no scan saw a process outlive it";
@@ -165,6 +178,7 @@ std::string run_summary_line(const run_config& config, const run_outcome& o) {
     }
   }
   if (t.unseen_ended_by_cgroup_kill) { line += "; cgroup.kill ended processes of it that no scan saw"; }
+  if (t.unseen_ended_by_namespace_end) { line += "; the end of its PID namespace ended processes of it that no scan saw"; }
   if (!t.job_empty) { line += "; THE JOB MAY STILL HAVE PROCESSES (" + t.not_empty_why + ")"; }
   if (!t.job_empty || !survivors.empty()) { line += " (exit status " + std::to_string(exit_not_ended) + ")"; }
 
@@ -213,9 +227,11 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
               {"exit_status", o.exit_status},
               {"grace_s", seconds(config.grace_ms * 1000000)},
               {"boundary",
-               {{"kind", o.cgroup.empty() ? "subreaper" : "cgroup"},
+               {{"kind", boundary_kind(o)},
                 {"cgroup", o.cgroup.empty() ? json(nullptr) : json(o.cgroup)},
-                {"note", o.cgroup.empty() ? o.boundary_note : std::string()}}}};
+                {"user_namespace", o.cgroup.empty() && o.pid_namespace && o.user_namespace},
+                {"note", o.cgroup.empty() ? o.boundary_note : std::string()},
+                {"namespace_note", o.cgroup.empty() && !o.pid_namespace ? o.namespace_note : std::string()}}}};
   json forwarded = json::array();
   for (std::size_t s = 1; s < o.forwarded.size(); ++s) {
     if (o.forwarded[s] == 0) { continue; }
@@ -257,6 +273,7 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
                      {"survived", survived},
                      {"job_empty", t.job_empty},
                      {"unseen_ended_by_cgroup_kill", t.unseen_ended_by_cgroup_kill},
+                     {"unseen_ended_by_namespace_end", t.unseen_ended_by_namespace_end},
                      {"not_empty_why", t.job_empty ? json(nullptr) : json(t.not_empty_why)},
                      {"processes", std::move(processes)}};
   doc["residue"] = {{"device_prefix", config.device_prefix},

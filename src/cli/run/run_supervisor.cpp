@@ -3,6 +3,8 @@
 // nothing here needs to be async-signal-safe except the child between fork and exec.
 #include "run/run_supervisor.hpp"
 
+#include "run/run_namespace.hpp"
+
 #include "process/end.hpp"
 #include "util/file.hpp"
 #include "util/format.hpp"
@@ -28,6 +30,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -131,9 +134,11 @@ enum message_kind : std::int32_t {
   msg_ended = 4,        // value: CMD's wait status
   msg_children = 6,     // value: 1 when the anchor has a live child, 0 when it has none (answers 'q')
   msg_setup_failed = 7, // value: errno of the anchor's own setup (the fork of CMD, becoming a subreaper)
+  msg_proc_failed = 8,  // value: errno of mounting the PID namespace's own /proc (before msg_started)
 };
 
-// The supervisor's words to the anchor: 'g' (start CMD), 'q' (have you a live child?), 'x'
+// The supervisor's words to the anchor: 'g' (start CMD), 'a' (CMD's start seen: in a PID
+// namespace the anchor reaps nothing before it), 'q' (have you a live child?), 'x'
 // (everything is ended, exit).
 bool tell_anchor(int fd, char word) noexcept {
   ssize_t n = 0;
@@ -207,6 +212,13 @@ struct teardown_params {
   /// The subreaper's proof: false only when the job's subreaper (the anchor) has no live child,
   /// which means no process of the job is left (every orphan of the job is reparented to it).
   std::function<bool()> job_has_processes;
+  /// With the PID namespace boundary: SIGKILL to its PID 1 (the anchor), which ends every process
+  /// of the namespace; safe from any thread (a pidfd). True when it was sent. Empty: none.
+  std::function<bool()> kill_namespace;
+  /// With the PID namespace boundary: ends the namespace (SIGKILL to its PID 1, the anchor) and
+  /// waits up to the given milliseconds for the anchor to be reaped, which the kernel allows only
+  /// once every other process of the namespace is gone. True when it was reaped.
+  std::function<bool(std::int64_t)> end_namespace;
 };
 
 // The live processes of the job: the descendants (the subreaper path) and, with the cgroup
@@ -226,6 +238,10 @@ std::vector<proc_stat> job_processes(const teardown_params& params) {
 constexpr std::int64_t hard_kill_slack_ms = 1000;
 // After the first round, how long each further round waits after its SIGKILLs.
 constexpr std::int64_t round_kill_wait_ms = 100;
+// At least this long for the job's PID namespace to end after its anchor's SIGKILL: the kernel
+// reports the anchor's end once every process of the namespace has gone, and a process in the
+// middle of giving back GPU memory can take a while.
+constexpr std::int64_t namespace_end_wait_ms = 5000;
 // While the cgroup is populated, an empty scan is read again this many times before it counts:
 // a process that forks and exits between the list and its stat (a PID hopper) hides from one.
 constexpr int empty_scan_retries = 8;
@@ -240,14 +256,26 @@ struct teardown_state {
   std::map<std::pair<int, std::uint64_t>, std::string> cmdlines;  // read when first seen: after the teardown there is none to read
   bool group_member_seen = false;  // the last scan saw a live process in CMD's process group
   // When cgroup.kill was first written, from `start` (-1: not yet). Atomic: the grace timer's
-  // thread (cgroup_kill_timer) writes it too.
-  std::atomic<std::int64_t> cgroup_killed_ns{-1};
+  // thread (boundary_kill_timer) writes it too.
+  std::atomic<std::int64_t> boundary_killed_ns{-1};
   teardown_result result;
 };
 
-void note_cgroup_kill(teardown_state& t, bool killed) {
+// SIGKILL to every process of the job at once, where a boundary can: cgroup.kill, or the end of
+// the job's PID namespace. True when it ended processes (as far as it can tell).
+bool kill_boundary(const teardown_params& params) {
+  if (params.cgroup != nullptr) {
+    const bool populated = params.cgroup->populated();
+    return params.cgroup->kill() && populated;
+  }
+  return params.kill_namespace && params.kill_namespace();
+}
+
+bool has_boundary(const teardown_params& params) { return params.cgroup != nullptr || params.kill_namespace; }
+
+void note_boundary_kill(teardown_state& t, bool killed) {
   std::int64_t never = -1;
-  if (killed) { t.cgroup_killed_ns.compare_exchange_strong(never, elapsed_ns(t.start)); }
+  if (killed) { t.boundary_killed_ns.compare_exchange_strong(never, elapsed_ns(t.start)); }
 }
 
 // The job's processes as one round of end_processes sees them. Past `kill_from` on the cgroup
@@ -255,7 +283,7 @@ void note_cgroup_kill(teardown_state& t, bool killed) {
 // cannot hold the SIGKILL back.
 std::vector<proc_stat> scan_job(teardown_state& t, steady::time_point kill_from) {
   const teardown_params& params = t.params;
-  if (params.cgroup != nullptr && t.cgroup_killed_ns < 0 && steady::now() >= kill_from) { note_cgroup_kill(t, params.cgroup->kill()); }
+  if (has_boundary(params) && t.boundary_killed_ns < 0 && steady::now() >= kill_from) { note_boundary_kill(t, kill_boundary(params)); }
   std::vector<proc_stat> live = job_processes(params);
   for (int i = 0; live.empty() && params.cgroup != nullptr && i < empty_scan_retries && params.cgroup->populated(); ++i) {
     live = job_processes(params);
@@ -294,11 +322,11 @@ void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait,
     }
     return cut;
   };
-  if (params.cgroup != nullptr) {
+  if (has_boundary(params)) {
     // SIGKILL to every member at once: a process being forked right now is not missed.
     plan.kill_all = [&t] {
-      const bool killed = t.params.cgroup->kill();
-      note_cgroup_kill(t, killed);
+      const bool killed = kill_boundary(t.params);
+      note_boundary_kill(t, killed);
       return killed;
     };
   } else if (params.job_group > 0) {
@@ -334,7 +362,7 @@ void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait,
     it->ended = e.ended;
     it->ended_after_ns = e.ended ? offset + e.ended_after_ns : -1;
     // Seen going after cgroup.kill (which a scan may have run first): SIGKILL ended it.
-    const std::int64_t killed_ns = t.cgroup_killed_ns;
+    const std::int64_t killed_ns = t.boundary_killed_ns;
     if (e.ended && killed_ns >= 0 && it->ended_after_ns >= killed_ns) { it->sent_sigkill = true; }
     if (!e.signal_error.empty()) { it->signal_error = e.signal_error; }
   }
@@ -362,7 +390,7 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
   }
   const bool survivors_known = std::any_of(t.result.leftovers.begin(), t.result.leftovers.end(),
                                            [](const leftover& l) { return !l.ended; });
-  note_cgroup_kill(t, cgroup.kill());
+  note_boundary_kill(t, cgroup.kill());
   const bool empty = cgroup.wait_empty(static_cast<int>(timeout_ms));
   t.result.unseen_ended_by_cgroup_kill = populated && empty && seen_all && !survivors_known;
   if (empty) {
@@ -378,28 +406,26 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
   return empty;
 }
 
-// The cgroup.kill at the end of the grace period, from a thread of its own: a fork bomb that keeps
-// every CPU busy makes each read of the process table take seconds, and the SIGKILL must not wait
-// for one to finish. The thread needs only a moment of CPU to write one file. Stopped (and joined)
-// when the teardown ends first.
-class cgroup_kill_timer {
+// The boundary's SIGKILL (cgroup.kill, or the end of the job's PID namespace) at the end of the
+// grace period, from a thread of its own: a fork bomb that keeps every CPU busy makes each read of
+// the process table take seconds, and the SIGKILL must not wait for one to finish. The thread
+// needs only a moment of CPU to write one file or send one signal. Stopped (and joined) when the
+// teardown ends first.
+class boundary_kill_timer {
  public:
-  /// At `at`, unless destroyed first, writes cgroup.kill of `cgroup` (none: does nothing) and calls
-  /// `killed`, on the timer's thread, with whether that ended processes: the cgroup was populated
-  /// and the write took.
-  cgroup_kill_timer(const job_cgroup* cgroup, steady::time_point at, std::function<void(bool)> killed) {
-    if (cgroup == nullptr) { return; }
-    thread_ = std::thread([this, cgroup, at, done = std::move(killed)] {
+  /// At `at`, unless destroyed first, ends the job through the boundary of `params` (none: does
+  /// nothing; see kill_boundary) and calls `killed`, on the timer's thread, with whether that
+  /// ended processes.
+  boundary_kill_timer(const teardown_params& params, steady::time_point at, std::function<void(bool)> killed) {
+    if (!has_boundary(params)) { return; }
+    thread_ = std::thread([this, &params, at, done = std::move(killed)] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!wake_.wait_until(lock, at, [this] { return stop_; })) {
-        const bool populated = cgroup->populated();
-        done(cgroup->kill() && populated);
-      }
+      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { done(kill_boundary(params)); }
     });
   }
-  cgroup_kill_timer(const cgroup_kill_timer&) = delete;
-  cgroup_kill_timer& operator=(const cgroup_kill_timer&) = delete;
-  ~cgroup_kill_timer() {
+  boundary_kill_timer(const boundary_kill_timer&) = delete;
+  boundary_kill_timer& operator=(const boundary_kill_timer&) = delete;
+  ~boundary_kill_timer() {
     if (!thread_.joinable()) { return; }
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -427,7 +453,7 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
   teardown_state t(params, reap);
   const steady::time_point grace_end = t.start + std::chrono::milliseconds(params.grace_ms);
   const steady::time_point deadline = grace_end + std::chrono::milliseconds(kill_wait_ms);
-  const cgroup_kill_timer on_time(params.cgroup, grace_end, [&t](bool killed) { note_cgroup_kill(t, killed); });
+  const boundary_kill_timer on_time(params, grace_end, [&t](bool killed) { note_boundary_kill(t, killed); });
   const auto has_processes = [&params] {
     return (params.cgroup != nullptr && params.cgroup->populated()) ||
            (params.job_has_processes ? params.job_has_processes() : true);
@@ -444,11 +470,23 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
     const auto wait_left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
     cgroup_empty = kill_cgroup_and_wait(t, std::max<std::int64_t>(wait_left, round_kill_wait_ms));
   }
-  const bool below_anchor = params.job_has_processes ? params.job_has_processes() : true;
+  bool below_anchor = params.job_has_processes ? params.job_has_processes() : true;
   teardown_result& result = t.result;
+  bool namespace_gone = true;
+  if (params.end_namespace) {
+    // However the scans went, the namespace ends with its anchor: the kernel's proof.
+    const bool survivors_known = std::any_of(result.leftovers.begin(), result.leftovers.end(),
+                                             [](const leftover& l) { return !l.ended; });
+    const auto wait_left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()).count();
+    namespace_gone = params.end_namespace(std::max<std::int64_t>(wait_left, namespace_end_wait_ms));
+    result.unseen_ended_by_namespace_end = namespace_gone && below_anchor && !survivors_known;
+    below_anchor = !namespace_gone;
+  }
   result.job_empty = cgroup_empty && !below_anchor;
   if (!cgroup_empty) {
     result.not_empty_why = "the job's cgroup " + params.cgroup->name() + " still holds processes";
+  } else if (!namespace_gone) {
+    result.not_empty_why = "the job's PID namespace has not ended (its anchor was not reaped)";
   } else if (below_anchor) {
     result.not_empty_why = params.job_has_processes ? "the job's subreaper still has live children"
                                                     : "nothing can tell whether the job has processes left";
@@ -603,6 +641,9 @@ struct anchor_state {
   const int message_fd;         // our messages to the supervisor
   const int control_fd;         // its word to us: 'g' (start CMD), 'x' (exit), end of file (gone)
   const pid_t self = ::getpid();
+  // PID 1 of the job's PID namespace: the supervisor is outside it, where getppid() reads 0.
+  const bool in_namespace = self == 1;
+  const pid_t parent = in_namespace ? 0 : supervisor;  // what getppid() says while the supervisor lives
   unique_fd signals;            // signalfd of SIGCHLD and SIGTERM (our death signal)
   pid_t command = 0;
   bool in_cgroup = false;       // CMD runs in the job's cgroup
@@ -619,7 +660,7 @@ void become_anchor(anchor_state& a) {
     ::_exit(1);
   }
   static_cast<void>(::prctl(PR_SET_PDEATHSIG, SIGTERM));  // wakes watch_supervisor; the pipe decides
-  if (::getppid() != a.supervisor) { ::_exit(1); }
+  if (::getppid() != a.parent) { ::_exit(1); }
   static_cast<void>(::setpgid(0, 0));  // out of the supervisor's group: a kill of that job spares it
   // SIGTERM is our death signal: blocked, so that it is queued even when it was ignored.
   sigset_t wake;
@@ -630,13 +671,24 @@ void become_anchor(anchor_state& a) {
   a.signals = make_signal_fd(wake);
 }
 
+// Waits for the supervisor's `word`; exits when anything else comes, or the supervisor is gone.
+void wait_for_word(const anchor_state& a, char word) {
+  char got_word = 0;
+  ssize_t got = 0;
+  do { got = ::read(a.control_fd, &got_word, 1); } while (got < 0 && errno == EINTR);
+  if (got != 1 || got_word != word) { ::_exit(1); }
+}
+
+// In the job's PID namespace, a /proc of it: CMD's /proc/PID paths then name its own processes.
+// Where the kernel refuses (a /proc with parts masked, as in many containers), CMD sees the host's.
+void mount_proc(const anchor_state& a) {
+  if (!a.in_namespace) { return; }
+  if (const int error = mount_own_proc(); error != 0) { send_message(a.message_fd, msg_proc_failed, error); }
+}
+
 // --require-clean: the supervisor measures the GPU before the job starts, then says go.
 void wait_for_go(const anchor_state& a) {
-  if (!a.config.require_clean) { return; }
-  char go = 0;
-  ssize_t got = 0;
-  do { got = ::read(a.control_fd, &go, 1); } while (got < 0 && errno == EINTR);
-  if (got != 1 || go != 'g') { ::_exit(1); }
+  if (a.config.require_clean) { wait_for_word(a, 'g'); }
 }
 
 // Forks CMD and tells the supervisor how its start went: CMD's reports through a close-on-exec
@@ -669,6 +721,9 @@ void start_command(anchor_state& a, const exec_plan& plan) {
     a.command_done = true;
   } else {
     send_message(a.message_fd, msg_started, a.command);
+    // In a PID namespace the supervisor finds CMD's PID in its own namespace by what we said: CMD
+    // stays our child, if only a zombie, until it has.
+    if (a.in_namespace) { wait_for_word(a, 'a'); }
   }
 }
 
@@ -710,7 +765,7 @@ void watch_supervisor(anchor_state& a) {
       }
       if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) { return; }
     }
-    if (::getppid() != a.supervisor) { return; }
+    if (::getppid() != a.parent) { return; }
   }
 }
 
@@ -750,6 +805,7 @@ void watch_supervisor(anchor_state& a) {
   try {
     anchor_state a(config, cgroup, supervisor, message_fd, control_fd);
     become_anchor(a);
+    mount_proc(a);
     wait_for_go(a);
     start_command(a, plan);
     watch_supervisor(a);  // returns only when the supervisor is gone
@@ -775,6 +831,9 @@ struct supervisor_state {
   std::vector<std::string> envp;
   job_cgroup cgroup;                 // the boundary, where cgroup v2 is writable
   bool joined_cgroup = false;        // CMD runs in `cgroup`
+  job_namespace space;               // else the boundary: the anchor is PID 1 of a PID namespace
+  unique_fd anchor_pidfd;            // with `space`: the anchor, to end the namespace from any thread
+  std::atomic<bool> namespace_killed{false};  // ... and whether that was done
   unique_fd signals;                 // signalfd of handled_signals()
   unique_fd messages;                // the anchor's messages (read end)
   unique_fd control;                 // our word to the anchor (write end)
@@ -823,7 +882,8 @@ void prepare_command(supervisor_state& s) {
   s.plan.envp.push_back(nullptr);
 }
 
-// The boundary: the job's own cgroup where cgroup v2 is writable, else the subreaper path alone.
+// The boundary: the job's own cgroup where cgroup v2 is writable; else (spawn_anchor) its own PID
+// namespace; else the subreaper path alone.
 void isolate(supervisor_state& s) {
   if (s.config.use_cgroup) {
     s.cgroup = job_cgroup::create(s.out.supervisor_pid);
@@ -843,7 +903,16 @@ void spawn_anchor(supervisor_state& s) {
   // The supervisor has one thread (NVML, which may start threads, is loaded only after this), so
   // the anchor may use the heap and stdio after fork like any process.
   std::fflush(nullptr);
-  const pid_t anchor = ::fork();
+  pid_t anchor = -1;
+  if (!s.cgroup.active() && s.config.use_namespace) {
+    anchor = fork_into_namespaces(&s.space);
+    s.out.pid_namespace = s.space.pid;
+    s.out.user_namespace = s.space.user;
+    s.out.namespace_note = s.space.why_not;
+  } else if (!s.cgroup.active()) {
+    s.out.namespace_note = "--no-namespace was given";
+  }
+  if (anchor < 0) { anchor = ::fork(); }
   if (anchor < 0) { throw_errno("fork"); }
   if (anchor == 0) {
     s.messages.reset();
@@ -854,6 +923,7 @@ void spawn_anchor(supervisor_state& s) {
   s.anchor = anchor;
   s.anchor_alive = true;
   s.out.anchor_pid = anchor;
+  if (s.space.pid) { s.anchor_pidfd = unique_fd(static_cast<int>(::syscall(SYS_pidfd_open, anchor, 0))); }
 }
 
 // --require-clean: the GPU's memory before CMD starts (NVML is loaded only now, after the fork: it
@@ -912,9 +982,15 @@ job_start await_start(supervisor_state& s) {
   message first{0, 0};
   bool got = false;
   s.joined_cgroup = s.cgroup.active();
-  while ((got = read_message(s.messages.get(), first)) && first.kind == msg_cgroup_failed) {
+  while ((got = read_message(s.messages.get(), first)) && (first.kind == msg_cgroup_failed || first.kind == msg_proc_failed)) {
+    if (first.kind == msg_proc_failed) {
+      s.out.notes.push_back(std::string("CMD sees the host's /proc: its PID namespace's own could not be mounted: ") +
+                            std::strerror(first.value));
+      continue;
+    }
     s.joined_cgroup = false;
     s.out.boundary_note = "CMD could not join " + s.cgroup.name() + ": " + std::strerror(first.value);
+    s.out.namespace_note = "the anchor had started outside one, for the cgroup";
   }
   if (s.joined_cgroup) {
     s.out.cgroup = s.cgroup.name();
@@ -939,6 +1015,11 @@ job_start await_start(supervisor_state& s) {
   }
   if (got && first.kind == msg_started) {
     s.command = first.value;
+    if (s.space.pid) {  // the anchor spoke of its namespace's PID: ours is that of its child
+      s.command = outer_pid_of_child(s.anchor, first.value);
+      static_cast<void>(tell_anchor(s.control.get(), 'a'));
+      if (s.command <= 0) { s.out.notes.push_back("CMD's PID outside its namespace could not be found in /proc"); }
+    }
     s.out.command_pid = s.command;
     return job_start::started;
   }
@@ -949,12 +1030,13 @@ job_start await_start(supervisor_state& s) {
 
 // A signal to the supervisor goes on to CMD's process group (to CMD alone if the group is gone).
 void forward(supervisor_state& s, int signal) {
+  ++s.out.forwarded[static_cast<std::size_t>(signal)];
+  if (s.command <= 0) { return; }  // never kill(0) or kill(-1)
   if (signal == SIGCONT && s.tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp()) {
     // We were brought back to the foreground: so is the job.
     static_cast<void>(::tcsetpgrp(STDIN_FILENO, s.command));
   }
   if (::kill(-s.command, signal) != 0 && errno == ESRCH) { static_cast<void>(::kill(s.command, signal)); }
-  ++s.out.forwarded[static_cast<std::size_t>(signal)];
 }
 
 // CMD's group was stopped by a job-control signal (Ctrl-Z, reading the terminal in the background,
@@ -965,7 +1047,7 @@ void forward(supervisor_state& s, int signal) {
 // caller's processes, and CMD would wait for ever: CMD is continued instead, as the kernel discards
 // these signals for such a job.
 void relay_stop(const supervisor_state& s, int signal) {
-  if (signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) { return; }
+  if ((signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) || s.command <= 0) { return; }
   if (s.tty && job_control_stop_works()) {
     if (::tcgetpgrp(STDIN_FILENO) == s.command) { static_cast<void>(::tcsetpgrp(STDIN_FILENO, ::getpgrp())); }
     static_cast<void>(::kill(0, signal));
@@ -1043,6 +1125,19 @@ bool job_has_processes(supervisor_state& s) {
   return live_child_remains([&s] { reap(s); });
 }
 
+// The job's PID namespace ends with its PID 1, the anchor: SIGKILL to it, then a wait for it to
+// be reaped (teardown_params::end_namespace).
+bool end_namespace(supervisor_state& s, std::int64_t timeout_ms) {
+  reap(s);
+  if (s.anchor_alive) { static_cast<void>(::kill(s.anchor, SIGKILL)); }  // not reaped: its PID is still ours
+  const steady::time_point deadline = steady::now() + std::chrono::milliseconds(timeout_ms);
+  while (s.anchor_alive && steady::now() < deadline) {
+    if (wait_readable(s.signals.get(), 20)) { drain_signals(s.signals.get(), [](int) {}); }
+    reap(s);
+  }
+  return !s.anchor_alive;
+}
+
 // Ends what CMD left behind, looking first at who holds a device; then looks again at any process
 // that could not be ended, and, with --require-clean, waits for the GPU to be clean.
 void end_job(supervisor_state& s) {
@@ -1054,20 +1149,32 @@ void end_job(supervisor_state& s) {
   params.signal_fd = s.signals.get();
   params.cgroup = s.joined_cgroup ? &s.cgroup : nullptr;
   params.job_has_processes = [&s] { return job_has_processes(s); };
+  if (s.space.pid) {
+    params.end_namespace = [&s](std::int64_t timeout_ms) { return end_namespace(s, timeout_ms); };
+    if (s.anchor_pidfd.valid()) {
+      // Only the first SIGKILL ends processes: the anchor stays a zombie until reaped, and a
+      // signal to a zombie succeeds.
+      params.kill_namespace = [&s] {
+        return !s.namespace_killed.exchange(true) &&
+               ::syscall(SYS_pidfd_send_signal, s.anchor_pidfd.get(), SIGKILL, nullptr, 0) == 0;
+      };
+    }
+  }
   const util::nvml_library* nvml = s.config.require_clean ? &s.nvml : nullptr;
   reap(s);
   // However slow the residue check and the scans are (a job that keeps every CPU busy), cgroup.kill
   // comes at the latest this long after CMD's end.
   std::atomic<bool> hard_killed{false};
-  const cgroup_kill_timer at_the_latest(params.cgroup,
-                                        steady::now() + std::chrono::milliseconds(s.config.grace_ms + hard_kill_slack_ms),
-                                        [&hard_killed](bool killed) { hard_killed = killed; });
+  const boundary_kill_timer at_the_latest(params,
+                                          steady::now() + std::chrono::milliseconds(s.config.grace_ms + hard_kill_slack_ms),
+                                          [&hard_killed](bool killed) { hard_killed = killed; });
   s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
   s.out.teardown = end_leftovers(params, [&s] { reap(s); });
   if (hard_killed) {
     // It ended processes of the job before any scan could name them: the job did outlive CMD.
-    s.out.teardown.unseen_ended_by_cgroup_kill = true;
-    s.out.notes.push_back("cgroup.kill came " + detail::format_duration((s.config.grace_ms + hard_kill_slack_ms) * 1000000) +
+    (params.cgroup != nullptr ? s.out.teardown.unseen_ended_by_cgroup_kill : s.out.teardown.unseen_ended_by_namespace_end) = true;
+    s.out.notes.push_back(std::string(params.cgroup != nullptr ? "cgroup.kill" : "the end of the job's PID namespace") + " came " +
+                          detail::format_duration((s.config.grace_ms + hard_kill_slack_ms) * 1000000) +
                           " after CMD's end, before the scans were done (a job that keeps every CPU busy slows them)");
   }
   std::vector<proc_stat> survivors;

@@ -12,7 +12,9 @@
 ///    signal) and the orphans climb to the supervisor, which ends them;
 ///  - CMD, in a process group of its own, with SIGKILL as its parent-death signal, and, where
 ///    cgroup v2 is writable, in a cgroup of its own (run_cgroup.hpp) that the teardown ends with
-///    cgroup.kill.
+///    cgroup.kill. Elsewhere the anchor is PID 1 of a PID namespace of its own
+///    (run_namespace.hpp), which the teardown ends by ending the anchor; only where neither can be
+///    made does the subreaper path stand alone.
 #pragma once
 
 #include "holders/holder.hpp"
@@ -39,6 +41,7 @@ struct run_config {
   std::string device_prefix = "/dev/nvidia";
   std::string report_path;               // "" for no report
   bool use_cgroup = true;                // the job's own cgroup where cgroup v2 is writable (--no-cgroup: off)
+  bool use_namespace = true;             // else the job's own PID namespace (--no-namespace: off)
   bool require_clean = false;            // --require-clean: the GPU gate after the job
 };
 
@@ -98,11 +101,15 @@ struct teardown_result {
   int cut_short_by = 0;
   std::int64_t duration_ns = 0;
   /// The boundary proves that no process of the job is left: its cgroup is empty (`populated 0`)
-  /// where it ran in one, and the anchor (the job's subreaper) has no live child.
+  /// where it ran in one, its PID namespace is gone (the anchor reaped) where it ran in one, and
+  /// otherwise the anchor (the job's subreaper) has no live child.
   bool job_empty = false;
   /// The last cgroup.kill found the cgroup populated although every process the scans saw had
   /// ended: it ended processes no scan saw (a job forking faster than it is read).
   bool unseen_ended_by_cgroup_kill = false;
+  /// Ending the job's PID namespace (its anchor) ended processes although the anchor had answered
+  /// for them: the job still had processes below the anchor when the rounds were over.
+  bool unseen_ended_by_namespace_end = false;
   std::string not_empty_why;        // when !job_empty: what is still there, or why it cannot be told
 };
 
@@ -125,6 +132,9 @@ struct run_outcome {
   residue_check after_teardown;  // any process that could not be ended
   std::string cgroup;            // the job's cgroup (/proc/PID/cgroup's spelling) when CMD ran in it, else ""
   std::string boundary_note;     // why the cgroup boundary was not used ("" when it was)
+  bool pid_namespace = false;    // without the cgroup: the anchor was PID 1 of the job's own PID namespace
+  bool user_namespace = false;   // ... inside a user namespace of its own
+  std::string namespace_note;    // without the cgroup: why no PID namespace was made ("" when one was)
   clean_check clean;             // --require-clean
   std::vector<std::string> notes;
 };

@@ -67,14 +67,17 @@ class base(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def start(self, *args, env=None, **kwargs):
-        """`gpuguard run ARGS...` in a session of its own (so no signal of ours reaches its job)."""
+    def start(self, *args, env=None, preexec_fn=no_core_dumps, **kwargs):
+        """`gpuguard run ARGS...` in a session of its own (so no signal of ours reaches its job).
+        Without a cgroup the job runs on the subreaper path (`namespace=0`) unless `env` names
+        GPUGUARD_RUN_OPTIONS: the helpers' PIDs, written from inside the job, must be this
+        process's. The `boundary` and `escape` groups test the PID namespace."""
         full_env = dict(os.environ)
-        full_env.pop("GPUGUARD_RUN_OPTIONS", None)
         full_env.pop("GPUGUARD_DEVICE_PREFIX", None)
+        full_env["GPUGUARD_RUN_OPTIONS"] = "namespace=0"
         full_env.update(env or {})
         p = subprocess.Popen([GPUGUARD, "run", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=full_env, start_new_session=True, preexec_fn=no_core_dumps,
+                             stderr=subprocess.PIPE, env=full_env, start_new_session=True, preexec_fn=preexec_fn,
                              **kwargs)
         self.to_kill.append(p.pid)
         return p
@@ -139,7 +142,8 @@ def check_report(test, doc):
         t.assertEqual(s["name"], signal.Signals(s["signal"]).name)
     td = doc["teardown"]
     t.assertEqual(set(td), {"duration_s", "cut_short_by", "terminated", "killed", "survived", "job_empty",
-                            "unseen_ended_by_cgroup_kill", "not_empty_why", "processes"})
+                            "unseen_ended_by_cgroup_kill", "unseen_ended_by_namespace_end", "not_empty_why",
+                            "processes"})
     t.assertEqual(td["not_empty_why"] is None, td["job_empty"])
     t.assertEqual(td["terminated"] + td["killed"] + td["survived"], len(td["processes"]))
     for p in td["processes"]:
@@ -158,9 +162,13 @@ def check_report(test, doc):
             t.assertTrue(all(f.startswith(r["device_prefix"]) for f in h["files"]))
     t.assertIsInstance(doc["notes"], list)
     b = doc["boundary"]
-    t.assertEqual(set(b), {"kind", "cgroup", "note"})
-    t.assertIn(b["kind"], ("cgroup", "subreaper"))
+    t.assertEqual(set(b), {"kind", "cgroup", "user_namespace", "note", "namespace_note"})
+    t.assertIn(b["kind"], ("cgroup", "pid_namespace", "subreaper"))
     t.assertEqual(b["cgroup"] is not None, b["kind"] == "cgroup")
+    t.assertEqual(b["note"] == "", b["kind"] == "cgroup")
+    t.assertEqual(b["namespace_note"] != "", b["kind"] == "subreaper")
+    if b["user_namespace"]:
+        t.assertEqual(b["kind"], "pid_namespace")
     if doc["clean"] is not None:
         c = doc["clean"]
         t.assertEqual(set(c), {"clean", "waited_s", "tolerance_bytes", "devices", "holders", "listed_by_nvml", "note"})
@@ -537,6 +545,44 @@ def cgroup_v2_writable():
     return "" if ok else "no cgroup.kill (Linux 5.14+ needed)"
 
 
+def pid_namespace_why(as_nobody=False):
+    """"" when the kernel lets this process (or, `as_nobody`, the user nobody) make a PID namespace
+    as `gpuguard run` does (with a user namespace unless root), else why not: util-linux's unshare
+    is the probe, so that gpuguard's own refusal cannot turn a test into a skip."""
+    if shutil.which("unshare") is None:
+        return "no unshare command to probe for namespaces"
+    user = as_nobody or os.geteuid() != 0
+    probe = ["unshare", *(["--user", "--map-current-user"] if user else []), "--pid", "--mount", "--fork", "true"]
+    if as_nobody:
+        if os.geteuid() != 0 or shutil.which("setpriv") is None:
+            return "running as nobody needs root and setpriv"
+        probe = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *probe]
+    r = subprocess.run(probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=10)
+    return "" if r.returncode == 0 else "the kernel makes no " + ("user and " if user else "") + \
+        "PID namespace here: " + r.stderr.decode().strip()
+
+
+def processes_naming(marker):
+    """PIDs (as this process sees them) whose command line contains `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+# A job that leaves a SIGTERM-ignoring, setsid'd writer behind (it appends to ACT every 50 ms for
+# at most 20 s), after writing its user id and how many processes its /proc shows to OUT.
+LEFTOVER_JOB = ("id -u > {out}; ls /proc | grep -c '^[0-9]' >> {out}; "
+                "(setsid sh -c 'trap \"\" TERM; i=0; while [ $i -lt 400 ]; do echo x >> {act}; sleep 0.05; i=$((i+1)); done' &); "
+                "sleep 0.2")
+
+
 class boundary(base):
     def run_daemon_job(self, *options, env=None):
         out = self.path("daemon")
@@ -556,7 +602,8 @@ class boundary(base):
             self.skipTest(why)
         daemon, cgroup, doc, line = self.run_daemon_job()
         # The daemon was born in the job's cgroup, below this process's own, and is gone.
-        self.assertEqual(doc["boundary"], {"kind": "cgroup", "cgroup": cgroup, "note": ""})
+        self.assertEqual(doc["boundary"], {"kind": "cgroup", "cgroup": cgroup, "user_namespace": False, "note": "",
+                                           "namespace_note": ""})
         pid_ns = os.readlink("/proc/self/ns/pid")[5:-1]  # "pid:[INODE]"
         self.assertTrue(cgroup.endswith(f"/gpuguard-run.{doc['supervisor_pid']}.{pid_ns}"), cgroup)
         self.assertFalse(alive(daemon), "the daemon outlived the job")
@@ -569,15 +616,94 @@ class boundary(base):
         self.assertFalse(any(os.path.exists(m + cgroup) for m in mounts), "the job's cgroup was left behind")
 
     def test_fallback_forced_by_option_or_environment_still_ends_the_daemon(self):
-        for options, env in ((("--no-cgroup",), None), ((), {"GPUGUARD_RUN_OPTIONS": "cgroup=0"})):
+        for options, env in ((("--no-cgroup", "--no-namespace"), {"GPUGUARD_RUN_OPTIONS": ""}),
+                             ((), {"GPUGUARD_RUN_OPTIONS": "cgroup=0:namespace=0"})):
             with self.subTest(options=options, env=env):
                 daemon, cgroup, doc, line = self.run_daemon_job(*options, env=env)
-                self.assertEqual(doc["boundary"], {"kind": "subreaper", "cgroup": None, "note": "--no-cgroup was given"})
+                self.assertEqual(doc["boundary"], {"kind": "subreaper", "cgroup": None, "user_namespace": False,
+                                                   "note": "--no-cgroup was given",
+                                                   "namespace_note": "--no-namespace was given"})
                 self.assertNotIn("gpuguard-run.", cgroup)
                 # Reparented to the anchor (a subreaper), so the walk of descendants finds it.
                 self.assertFalse(alive(daemon), "the daemon outlived the job")
-                self.assertIn("boundary: subreaper (no cgroup: --no-cgroup was given)", line)
+                self.assertIn("boundary: subreaper (no cgroup: --no-cgroup was given; no PID namespace: "
+                              "--no-namespace was given)", line)
                 os.unlink(self.path("daemon"))
+
+    def run_leftover_job(self, *options, env=None, user=None):
+        """LEFTOVER_JOB under `gpuguard run OPTIONS`, as `user` (a uid) if given; returns the report,
+        the summary line, and what the job wrote (its uid, the count of its /proc's processes).
+        Asserts that the writer it left stopped writing once `gpuguard run` had exited."""
+        out, act, report = self.path("job.out"), self.path("job.act"), self.path("r.json")
+        preexec = no_core_dumps
+        if user is not None:
+            os.chmod(self.dir, 0o777)
+
+            def preexec():
+                no_core_dumps()
+                os.setgroups([])
+                os.setgid(user)
+                os.setuid(user)
+        p = self.start("--grace", "0.3", "--report", report, *options, "--", "sh", "-c",
+                       LEFTOVER_JOB.format(out=out, act=act), env=env, preexec_fn=preexec)
+        _, err = p.communicate(timeout=30)
+        err = err.decode()
+        self.assertEqual(p.returncode, 0, err)
+        before = activity(act)
+        time.sleep(0.3)
+        self.assertEqual(activity(act), before, "the setsid'd writer outlived the job")
+        self.assertEqual(processes_naming(act), [], "the writer is still running")
+        with open(out) as f:
+            uid, seen = (int(x) for x in f.read().split())
+        return self.read_report(report), self.summary(err), uid, seen
+
+    def test_without_a_cgroup_the_job_gets_a_pid_namespace(self):
+        why = pid_namespace_why()
+        if why:
+            self.skipTest(why)
+        for options, env in ((("--no-cgroup",), {"GPUGUARD_RUN_OPTIONS": ""}),
+                             ((), {"GPUGUARD_RUN_OPTIONS": "cgroup=0"})):
+            with self.subTest(options=options, env=env):
+                doc, line, uid, seen = self.run_leftover_job(*options, env=env)
+                b = doc["boundary"]
+                self.assertEqual((b["kind"], b["cgroup"], b["note"], b["namespace_note"]),
+                                 ("pid_namespace", None, "--no-cgroup was given", ""))
+                self.assertEqual(b["user_namespace"], os.geteuid() != 0)
+                self.assertIn("boundary: PID namespace", line)
+                self.assertEqual(uid, os.geteuid())
+                # Its own /proc: the anchor, the shell, ls and the grep's shell at the most.
+                self.assertLessEqual(seen, 5, "the job's /proc shows the host's processes")
+                self.assertTrue(doc["teardown"]["job_empty"], line)
+                os.unlink(self.path("job.act"))
+
+    def test_an_ordinary_user_gets_a_user_and_pid_namespace(self):
+        why = pid_namespace_why(as_nobody=True)
+        if why:
+            self.skipTest(why)
+        nobody = 65534
+        doc, line, uid, seen = self.run_leftover_job(env={"GPUGUARD_RUN_OPTIONS": ""}, user=nobody)
+        b = doc["boundary"]
+        self.assertEqual((b["kind"], b["user_namespace"], b["namespace_note"]), ("pid_namespace", True, ""), line)
+        self.assertIn("cannot create", b["note"])  # nobody may not make a cgroup
+        self.assertIn("boundary: PID namespace in a user namespace (no cgroup: ", line)
+        self.assertEqual(uid, nobody, "CMD must run as the same user inside its user namespace")
+        self.assertLessEqual(seen, 5, "the job's /proc shows the host's processes")
+
+    def test_in_a_pid_namespace_killing_both_gpuguard_processes_ends_the_job(self):
+        why = pid_namespace_why()
+        if why:
+            self.skipTest(why)
+        act = self.path("job.act")
+        p = self.start("--grace", "5", "--no-cgroup", "--", "sh", "-c",
+                       LEFTOVER_JOB.format(out=self.path("job.out"), act=act) + "; sleep 30",
+                       env={"GPUGUARD_RUN_OPTIONS": ""})
+        self.assertTrue(wait_until(lambda: activity(act) > 0, 10), "the writer never started")
+        anchor = self.anchor_of(p.pid)
+        os.kill(anchor, signal.SIGKILL)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=5)
+        # The anchor was PID 1 of the job's namespace: the kernel ended every process in it.
+        self.assertTrue(wait_until(lambda: processes_naming(act) == [], 2.0), "a process of the job outlived both")
 
     def test_bad_cgroup_value_in_the_environment_is_named_and_ignored(self):
         rc, _, err = self.run_gpuguard("--", "true", env={"GPUGUARD_RUN_OPTIONS": "cgroup=maybe"})
@@ -694,16 +820,26 @@ class escape(base):
             self.assertEqual(rc, 124, line)
             self.assertTrue("THE JOB MAY STILL HAVE PROCESSES" in line or "COULD NOT BE ENDED" in line, line)
         self.assertNotIn("no process outlived it", line)  # both jobs always leave processes behind
-        if "--no-cgroup" not in path_options:
-            self.assertEqual(doc["boundary"]["kind"], "cgroup", line)
-            self.assertEqual((rc, escaped), (0, False), f"{name} on the cgroup path: {line}")
+        if "--no-namespace" not in path_options:  # a boundary the kernel keeps: nothing escapes
+            kind = "cgroup" if "--no-cgroup" not in path_options else "pid_namespace"
+            self.assertEqual(doc["boundary"]["kind"], kind, line)
+            self.assertEqual((rc, escaped), (0, False), f"{name} on the {kind} path: {line}")
         return escaped
 
     def paths(self):
-        cgroup = [()] if not self.cgroup_why else []
-        if self.cgroup_why:
-            print(f"\nthe cgroup path is not tested: {self.cgroup_why}", file=sys.stderr)
-        return cgroup + [("--no-cgroup",)]
+        """The cgroup path, the PID namespace path, the subreaper path: each where it can run."""
+        paths = []
+        for options, why in (((), self.cgroup_why), (("--no-cgroup",), pid_namespace_why()),
+                             (("--no-cgroup", "--no-namespace"), "")):
+            if why:
+                print(f"\nthe path of {' '.join(options) or 'the cgroup'} is not tested: {why}", file=sys.stderr)
+            else:
+                paths.append(options)
+        return paths
+
+    @staticmethod
+    def path_name(options):
+        return {(): "cgroup", ("--no-cgroup",): "PID namespace"}.get(tuple(options), "subreaper")
 
     def test_pid_hopper_never_escapes_silently(self):
         for options in self.paths():
@@ -717,9 +853,9 @@ class escape(base):
                     escapes += escaped
                     with open(out) as f:
                         hops = f.read().splitlines()
-                    if not options:  # the cgroup path ends it while it still hops
+                    if "--no-namespace" not in options:  # the boundary ends it while it still hops
                         self.assertNotEqual(hops[-1], "done", f"the hopper made all its hops: {len(hops)} lines")
-            print(f"\nhopper, {' '.join(options) or 'cgroup'}: {escapes} of {ESCAPE_TRIALS} trials escaped "
+            print(f"\nhopper, {self.path_name(options)} path: {escapes} of {ESCAPE_TRIALS} trials escaped "
                   "(each said so, status 124)", file=sys.stderr)
 
     def test_fast_fork_bomb_is_gone_within_two_seconds_of_cmds_end(self):
@@ -730,7 +866,7 @@ class escape(base):
                     rc, err, doc = self.run_in_test_cgroup("--grace", "0.2", *options, "--", PYTHON, HELPER, "forkbomb",
                                                            out, "400", "5")
                     self.judge(options, rc, err, doc, out + ".count", "the fork bomb")
-                    if not options:  # the cgroup path: SIGTERM, the grace, then cgroup.kill at once
+                    if "--no-namespace" not in options:  # SIGTERM, the grace, then the boundary's SIGKILL at once
                         self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
 
     def test_busy_fork_bomb_is_killed_on_time_on_the_cgroup_path(self):
@@ -742,6 +878,18 @@ class escape(base):
         rc, err, doc = self.run_in_test_cgroup("--grace", "0.2", "--", PYTHON, HELPER, "forkbomb", out, "400", "5",
                                                "--spin")
         self.judge((), rc, err, doc, out + ".count", "the busy fork bomb")
+        self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
+
+    def test_busy_fork_bomb_is_killed_on_time_in_a_pid_namespace(self):
+        """The same on the PID namespace path: the anchor's SIGKILL, from the timer's thread, ends
+        the namespace at the end of the grace period."""
+        why = pid_namespace_why()
+        if why:
+            self.skipTest(why)
+        out = self.path("busy")
+        rc, err, doc = self.run_in_test_cgroup("--grace", "0.2", "--no-cgroup", "--", PYTHON, HELPER, "forkbomb", out,
+                                               "400", "5", "--spin")
+        self.judge(("--no-cgroup",), rc, err, doc, out + ".count", "the busy fork bomb")
         self.assertLess(doc["teardown"]["duration_s"], 0.2 + 2.0, self.summary(err))
 
 
