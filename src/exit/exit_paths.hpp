@@ -24,12 +24,40 @@ void hand_quick_exit(quick_exit_work work) noexcept;
  * "terminate", "signal SIGTERM") for the log's `end` line. With `normal_exit`, leak_exitcode may
  * end the process with its status; other paths keep theirs. If the work takes longer than
  * cleanup_timeout, the process ends by `end_signal` (when not 0) or with `exit_status` (when not
- * negative; else EXIT_FAILURE). Later calls return at once. Defined in exit_work.cpp.
+ * negative; else EXIT_FAILURE). A path with no `end_signal` that was handed a termination signal
+ * while it ran the work (hand_signal_to_exit) ends the process by that signal afterwards.
+ *
+ * The first caller decides how the process ends; a later caller on another thread never goes on
+ * past the work half-done:
+ *  - if the first ends by a signal, the later caller waits until the process is ended;
+ *  - if the first is an exit path and the later one ends by a signal, the signal is handed over
+ *    and the caller waits; if that work is already done, the call returns (the caller ends the
+ *    process by its signal);
+ *  - if both are exit paths, the call returns once the work is done.
+ * A later call on the thread running the work returns at once. Defined in exit_work.cpp.
  */
 void end_run(const char* reason, bool normal_exit, int end_signal = 0, int exit_status = -1) noexcept;
 
 /// True once end_run has started.
 bool run_finished() noexcept;
+
+/**
+ * Async-signal-safe: when an exit path (one without an end signal: exit(), run_exit_report) runs
+ * the end-of-run work and has not finished it, hands it `sig`, and the process ends by `sig`
+ * once the work is done; true then (also when a signal was handed over before: the first wins).
+ * False when no exit path runs the work, or it has finished: the caller ends the process itself.
+ */
+bool hand_signal_to_exit(int sig) noexcept;
+
+/// The signal handed to the exit path that runs the work (0: none), for the cleanup_timeout
+/// watchdog: a hung exit work that a SIGTERM came into ends by SIGTERM, not with exit's status.
+int handed_over_signal() noexcept;
+
+/// Closes the hand-over (later signals end the process themselves) and, if a signal was handed
+/// over, ends the process by it now: stdio flushed, an unused crash file removed. end_run calls
+/// it after an exit path's work; the work calls it before it ends the process with a status of
+/// its own (leak_exitcode).
+void end_by_handed_signal() noexcept;
 
 /// Registers the end-of-run work with on_exit (again), and the quick_exit work with
 /// at_quick_exit (once). Handlers run in reverse order of

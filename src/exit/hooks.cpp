@@ -2,7 +2,8 @@
 // signals (an async-signal-safe crash record on an alternate stack). docs/hooks.md says what each
 // does; the rules here are the ones signal handlers must keep:
 //  - a termination-signal handler only writes one byte to a pipe (or, on a second signal,
-//    restores the default action and raises the signal again);
+//    restores the default action and raises the signal again; or, while exit() runs the end of
+//    the run, hands the signal to it through an atomic and says so with write(2));
 //  - the crash handler calls only async-signal-safe functions: no malloc, no locks it could wait
 //    on, no stdio, no CUDA. It formats into a buffer on its stack and writes with write(2);
 //  - in a process whose state is a copy of another's (util/process_identity.hpp) the pipe, the
@@ -461,6 +462,16 @@ void on_termination_signal(int sig) {
     discard_crash_file_if_empty();
     die_by(sig);
   }
+  if (detail::hand_signal_to_exit(sig)) {
+    // exit() is running the end of the run (its cleanups may be in this very thread's stack): it
+    // ends the process by this signal when that work is done, so the work is neither cut short
+    // nor followed by exit's own status.
+    signal_writer out(STDERR_FILENO);
+    out.put("[gpuguard] ").put(detail::signal_name(sig, "signal"))
+        .put(" received while the exit work runs (cleanups, report): ending by it when that is done\n");
+    errno = saved_errno;
+    return;
+  }
   const unsigned char byte = static_cast<unsigned char>(sig);
   const int fd = pipe_write_fd.load(std::memory_order_relaxed);
   if (fd < 0 || ::write(fd, &byte, 1) != 1) {  // no watcher: act as if unhooked
@@ -472,6 +483,8 @@ void on_termination_signal(int sig) {
 
 // ---- the watcher thread and std::terminate -------------------------------------------------------
 
+// The signal's end of the run: it claims the work (end_run), or finds another path running it;
+// end_run returns here only when this thread may end the process by the signal (exit_paths.hpp).
 void watcher_main(int read_fd) {
   for (;;) {
     unsigned char byte = 0;

@@ -68,6 +68,8 @@ class exit_watchdog {
       std::unique_lock<std::mutex> lock(mutex_);
       if (wake_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) { return; }
     }
+    // exit()'s work that a termination signal came into ends by that signal (exit_paths.hpp).
+    if (end_signal == 0) { end_signal = detail::handed_over_signal(); }
     char name[128];
     detail::running_cleanup_name(name, sizeof name);
     const int status = exit_status >= 0 ? (exit_status & 0xFF) : EXIT_FAILURE;
@@ -136,6 +138,7 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
       }
     }
     if (normal_exit && report.count != 0 && opts.leak_exitcode != 0) {
+      detail::end_by_handed_signal();  // a SIGTERM that came during exit's work wins over the leak status
       std::fflush(nullptr);
       ::_exit(opts.leak_exitcode);
     }

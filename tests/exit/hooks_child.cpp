@@ -10,7 +10,9 @@
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/tracking.hpp>
 
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -149,6 +152,63 @@ void user_term_handler(int /*sig*/) {
 
 int clone_entry(void* how) { copied_worker(static_cast<const char*>(how)); }
 
+// ---- exit() and a termination signal racing for the end of the run ------------------------------
+
+std::atomic<pid_t> exiting_thread{0};
+std::atomic<bool> exit_reached_gpuguard{false};
+std::array<int, 2> go_pipe{-1, -1};
+
+// Registered before the hooks: runs after gpuguard's exit handler, so it marks that exit() went on
+// past gpuguard's end of the run (to the program's statics and its exit status).
+void exit_went_on() { mark("exit:went-on\n"); }
+// Registered after them: runs just before gpuguard's exit handler.
+void exit_reaching_gpuguard() { exit_reached_gpuguard.store(true); }
+
+// True when the thread is asleep (state S in /proc/self/task/TID/stat).
+bool sleeping(pid_t thread) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(thread));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { return false; }
+  char text[512];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) { return false; }
+  text[n] = '\0';
+  const char* paren = std::strrchr(text, ')');  // the name may hold spaces and parentheses
+  return paren != nullptr && paren[1] == ' ' && paren[2] == 'S';
+}
+
+// SIGTERM's cleanups run on gpuguard's watcher; this one has another thread call exit(0) and
+// returns only once that exit() has reached gpuguard's exit handler and stopped there (asleep) or
+// gone on past it, so exit() always lands inside the signal's end of the run.
+void start_exit_inside_signal_cleanup() {
+  mark("gate:start\n");
+  ssize_t ignored = ::write(go_pipe[1], "x", 1);
+  static_cast<void>(ignored);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const pid_t thread = exiting_thread.load();
+    if (exit_reached_gpuguard.load() && thread != 0 && sleeping(thread)) { break; }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  mark("gate:end\n");
+}
+
+// exit() runs this cleanup; it says "gate" and waits for the test's line on stdin, written once
+// the test has sent SIGTERM, so the signal always comes while exit's cleanups run.
+void wait_for_signal_inside_exit_cleanup() {
+  mark("gate:start\n");
+  std::printf("gate\n");
+  std::fflush(stdout);
+  pollfd in{STDIN_FILENO, POLLIN, 0};
+  while (::poll(&in, 1, 10000) < 0 && errno == EINTR) {}
+  char line[16];
+  ssize_t ignored = ::read(STDIN_FILENO, line, sizeof line);
+  static_cast<void>(ignored);
+  mark("gate:end\n");
+}
+
 // Starts a copied_worker by `call` ("_Fork", "sys_fork", "clone"); -2: not available here.
 pid_t start_copy(const std::string& call, const char* how) {
   if (call == "_Fork") {
@@ -195,6 +255,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     std::signal(SIGTERM, user_term_handler);
   } else if (mode == "hanging_handler") {
     std::signal(SIGSEGV, hang_forever);
+  } else if (mode == "exit_during_signal" || mode == "signal_during_exit") {
+    std::atexit(exit_went_on);
   }
 
   live().reserve(32);
@@ -210,6 +272,26 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (mode == "signal" || (mode == "user_handlers" && arg.empty())) {
     ready();
     wait_for_signal();
+  }
+  if (mode == "exit_during_signal") {
+    // exit(0) from another thread while SIGTERM's cleanups run: the process still ends by SIGTERM.
+    std::atexit(exit_reaching_gpuguard);
+    if (::pipe2(go_pipe.data(), O_CLOEXEC) != 0) { return 2; }
+    gpuguard::register_cleanup("gate", start_exit_inside_signal_cleanup, 10).keep();
+    std::thread([] {
+      char byte = 0;
+      while (::read(go_pipe[0], &byte, 1) < 0 && errno == EINTR) {}
+      exiting_thread.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+      std::exit(0);
+    }).detach();
+    ready();
+    wait_for_signal();
+  }
+  if (mode == "signal_during_exit") {
+    // SIGTERM while exit(0) runs the cleanups: the process ends by SIGTERM once they are done.
+    gpuguard::register_cleanup("gate", wait_for_signal_inside_exit_cleanup, 10).keep();
+    ready();
+    return 0;
   }
   if (mode == "slow_cleanup") {
     gpuguard::register_cleanup("slow", [] {
