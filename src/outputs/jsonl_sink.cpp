@@ -83,16 +83,11 @@ class jsonl_sink final : public sink {
 
   [[nodiscard]] bool wants_timeline() const override { return true; }
   void mem_event(const detail::mem_event& e) override {
-    std::string& out = begin(e.alloc ? "alloc" : "free", e.time_ns);
-    append_field(out, "device", e.device);
     char address[32];
-    std::snprintf(address, sizeof address, ",\"address\":\"0x%" PRIxPTR "\"", e.address);
-    out += address;
-    append_field(out, "bytes", e.bytes);
-    append_field(out, "live_bytes", e.live_bytes);
-    append_field(out, "site", e.site);
-    append_field(out, "thread", e.thread);
-    end();
+    std::snprintf(address, sizeof address, "0x%" PRIxPTR, e.address);
+    line(e.alloc ? "alloc" : "free", e.time_ns, json_field{"device", e.device}, json_field{"address", address},
+         json_field{"bytes", e.bytes}, json_field{"live_bytes", e.live_bytes}, json_field{"site", e.site},
+         json_field{"thread", e.thread});
   }
 
   void mem_step(const detail::mem_step& step) override {
@@ -111,21 +106,17 @@ class jsonl_sink final : public sink {
     out += to_string(fired.kind);
     out += '"';
     if (fired.kind == alert_kind::op_growth) {
-      append_string_field(out, "name", fired.op);
-      append_field(out, "thread", fired.thread);
-      append_field(out, "net_bytes", fired.net_bytes);
-      append_field(out, "limit_bytes", fired.limit_bytes);
+      append_fields(out, json_field{"name", fired.op}, json_field{"thread", fired.thread},
+                    json_field{"net_bytes", fired.net_bytes}, json_field{"limit_bytes", fired.limit_bytes});
     } else {
       append_field(out, "device", fired.device);
       char number[64];
       std::snprintf(number, sizeof number, ",\"fraction\":%.4f,\"threshold\":%.4f", fired.fraction,
                     fired.threshold);
       out += number;
-      append_field(out, "used_bytes", fired.used_bytes);
-      append_field(out, "total_bytes", fired.total_bytes);
+      append_fields(out, json_field{"used_bytes", fired.used_bytes}, json_field{"total_bytes", fired.total_bytes});
     }
-    append_field(out, "suppressed", fired.suppressed);
-    append_string_field(out, "message", fired.message);
+    append_fields(out, json_field{"suppressed", fired.suppressed}, json_field{"message", fired.message});
     end();
   }
 
