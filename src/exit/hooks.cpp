@@ -131,10 +131,14 @@ void discard_crash_file_if_empty() noexcept {
   ::_exit(128 + sig);  // only if the signal did not end the process
 }
 
-/// Formats into a stack buffer and writes to one file descriptor with write(2).
+/// Formats into a buffer (its own, on the stack, or the caller's) and writes to one file descriptor
+/// with write(2).
 class signal_writer {
  public:
-  explicit signal_writer(int fd) noexcept : fd_(fd) {}
+  explicit signal_writer(int fd) noexcept : signal_writer(fd, own_, sizeof own_) {}
+  /// Gathers what is put in `buffer` (`capacity` bytes) and writes it when full or at the end: a
+  /// record that fits goes out in one write().
+  signal_writer(int fd, char* buffer, std::size_t capacity) noexcept : fd_(fd), buffer_(buffer), capacity_(capacity) {}
   signal_writer(const signal_writer&) = delete;
   signal_writer& operator=(const signal_writer&) = delete;
   signal_writer(signal_writer&&) = delete;
@@ -144,7 +148,7 @@ class signal_writer {
   signal_writer& put(const char* text) noexcept { return put(text, std::strlen(text)); }
   signal_writer& put(const char* text, std::size_t n) noexcept {
     for (std::size_t i = 0; i < n; ++i) {
-      if (used_ == sizeof buffer_) { flush(); }
+      if (used_ == capacity_) { flush(); }
       buffer_[used_++] = text[i];
     }
     return *this;
@@ -200,7 +204,9 @@ class signal_writer {
 
  private:
   int fd_;
-  char buffer_[512];
+  char own_[512];
+  char* buffer_;
+  std::size_t capacity_;
   std::size_t used_ = 0;
 };
 
@@ -369,7 +375,11 @@ void write_record(int fd) noexcept {
 // crash_file has the mappings to resolve them). The writer thread may be gone or stopped mid-run:
 // the line goes straight to the log's descriptor, after whatever the writer flushed.
 void write_crash_event(int fd) noexcept {
-  signal_writer out(fd);
+  // The whole line in one write(): the writer thread may still be writing to the same file, and a
+  // write of its own between two parts of this line would break both. Static, not on the stack:
+  // the handler may run on a small alternate signal stack, and only one thread ever gets here.
+  static char line[32768];
+  signal_writer out(fd, line, sizeof line);
   const char* path = crash_path_text.load(std::memory_order_relaxed);
   out.put("{\"v\":1,\"type\":\"crash\",\"t\":").sdec(detail::now_ns())
       .put(",\"signal\":\"").put(detail::signal_name(facts.sig, "signal"))

@@ -44,19 +44,13 @@ class jsonl_sink final : public sink {
   }
 
   void device(const device_info& info, std::int64_t time_ns) override {
-    std::string& out = begin("device", time_ns);
-    append_field(out, "device", info.device);
-    append_string_field(out, "name", info.name);
-    append_field(out, "total_bytes", info.total_bytes);
-    end();
+    line("device", time_ns, json_field{"device", info.device}, json_field{"name", info.name},
+         json_field{"total_bytes", info.total_bytes});
   }
 
   void thread(const thread_info& info, std::int64_t time_ns) override {
-    std::string& out = begin("thread", time_ns);
-    append_field(out, "thread", info.thread);
-    append_field(out, "tid", info.tid);
-    append_string_field(out, "name", info.name);
-    end();
+    line("thread", time_ns, json_field{"thread", info.thread}, json_field{"tid", info.tid},
+         json_field{"name", info.name});
   }
 
   void op(const op_result& op) override {
@@ -89,34 +83,21 @@ class jsonl_sink final : public sink {
 
   [[nodiscard]] bool wants_timeline() const override { return true; }
   void mem_event(const detail::mem_event& e) override {
-    std::string& out = begin(e.alloc ? "alloc" : "free", e.time_ns);
-    append_field(out, "device", e.device);
     char address[32];
-    std::snprintf(address, sizeof address, ",\"address\":\"0x%" PRIxPTR "\"", e.address);
-    out += address;
-    append_field(out, "bytes", e.bytes);
-    append_field(out, "live_bytes", e.live_bytes);
-    append_field(out, "site", e.site);
-    append_field(out, "thread", e.thread);
-    end();
+    std::snprintf(address, sizeof address, "0x%" PRIxPTR, e.address);
+    line(e.alloc ? "alloc" : "free", e.time_ns, json_field{"device", e.device}, json_field{"address", address},
+         json_field{"bytes", e.bytes}, json_field{"live_bytes", e.live_bytes}, json_field{"site", e.site},
+         json_field{"thread", e.thread});
   }
 
   void mem_step(const detail::mem_step& step) override {
-    std::string& out = begin("mem_step", step.time_ns);
-    append_field(out, "end", step.end_ns);
-    append_field(out, "device", step.device);
-    append_field(out, "start_bytes", step.start_bytes);
-    append_field(out, "end_bytes", step.end_bytes);
-    append_field(out, "min_bytes", step.min_bytes);
-    append_field(out, "min_t", step.min_ns);
-    append_field(out, "max_bytes", step.max_bytes);
-    append_field(out, "max_t", step.max_ns);
-    append_field(out, "allocs", step.allocs);
-    append_field(out, "frees", step.frees);
-    append_field(out, "alloc_bytes", step.alloc_bytes);
-    append_field(out, "free_bytes", step.free_bytes);
-    out += step.queue_full ? ",\"queue_full\":true" : ",\"queue_full\":false";
-    end();
+    line("mem_step", step.time_ns, json_field{"end", step.end_ns}, json_field{"device", step.device},
+         json_field{"start_bytes", step.start_bytes}, json_field{"end_bytes", step.end_bytes},
+         json_field{"min_bytes", step.min_bytes}, json_field{"min_t", step.min_ns},
+         json_field{"max_bytes", step.max_bytes}, json_field{"max_t", step.max_ns},
+         json_field{"allocs", step.allocs}, json_field{"frees", step.frees},
+         json_field{"alloc_bytes", step.alloc_bytes}, json_field{"free_bytes", step.free_bytes},
+         json_field{"queue_full", step.queue_full});
   }
 
   void alert(const gpuguard::alert& fired) override {
@@ -125,29 +106,22 @@ class jsonl_sink final : public sink {
     out += to_string(fired.kind);
     out += '"';
     if (fired.kind == alert_kind::op_growth) {
-      append_string_field(out, "name", fired.op);
-      append_field(out, "thread", fired.thread);
-      append_field(out, "net_bytes", fired.net_bytes);
-      append_field(out, "limit_bytes", fired.limit_bytes);
+      append_fields(out, json_field{"name", fired.op}, json_field{"thread", fired.thread},
+                    json_field{"net_bytes", fired.net_bytes}, json_field{"limit_bytes", fired.limit_bytes});
     } else {
       append_field(out, "device", fired.device);
       char number[64];
       std::snprintf(number, sizeof number, ",\"fraction\":%.4f,\"threshold\":%.4f", fired.fraction,
                     fired.threshold);
       out += number;
-      append_field(out, "used_bytes", fired.used_bytes);
-      append_field(out, "total_bytes", fired.total_bytes);
+      append_fields(out, json_field{"used_bytes", fired.used_bytes}, json_field{"total_bytes", fired.total_bytes});
     }
-    append_field(out, "suppressed", fired.suppressed);
-    append_string_field(out, "message", fired.message);
+    append_fields(out, json_field{"suppressed", fired.suppressed}, json_field{"message", fired.message});
     end();
   }
 
   void dropped(std::uint64_t count, std::uint64_t total, std::int64_t time_ns) override {
-    std::string& out = begin("dropped", time_ns);
-    append_field(out, "count", count);
-    append_field(out, "total", total);
-    end();
+    line("dropped", time_ns, json_field{"count", count}, json_field{"total", total});
   }
 
   void finish(const end_info& last, const run_totals& /*totals*/) override {
@@ -195,9 +169,16 @@ class jsonl_sink final : public sink {
     append_int(out, time_ns < 0 ? 0 : time_ns);
     return out;
   }
+  // Ends the line begin() opened: a write never ends inside one.
   void end() {
     file_.buffer() += "}\n";
     file_.maybe_flush();
+  }
+  // A whole line of the given fields.
+  template <class... Values>
+  void line(const char* type, std::int64_t time_ns, const json_field<Values>&... fields) {
+    append_fields(begin(type, time_ns), fields...);
+    end();
   }
   output_file file_;
 };

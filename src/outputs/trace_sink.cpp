@@ -20,8 +20,9 @@ namespace {
 
 // ---- Chrome trace-event JSON --------------------------------------------------------------------
 
-// The JSON Array Format of the trace-event format: viewers accept a file whose closing bracket is
-// missing, so a trace of a process that died is still readable.
+// The JSON Array Format of the trace-event format, one event a line (from the second on led by its
+// comma), so that every write ends with a whole line: viewers accept a file whose closing bracket
+// is missing, and Perfetto drops a last event that a killed write cut short (docs/formats.md).
 class trace_sink final : public sink {
  public:
   explicit trace_sink(failure_reporter report) : file_("trace_file", report), pid_(::getpid()) {}
@@ -35,7 +36,7 @@ class trace_sink final : public sink {
     if (slash != std::string::npos) { program = program.substr(slash + 1); }
     out += ",\"args\":{\"name\":";
     append_json_string(out, "gpuguard: " + program);
-    out += "}}";
+    end();
     return true;
   }
 
@@ -45,11 +46,11 @@ class trace_sink final : public sink {
     name += " (tid " + std::to_string(info.tid) + ")";
     out += ",\"args\":{\"name\":";
     append_json_string(out, name);
-    out += "}}";
+    end();
     std::string& sort = event("thread_sort_index", "M", 0, info.thread);
     sort += ",\"args\":{\"sort_index\":";
     append_uint(sort, info.thread);
-    sort += "}}";
+    end();
   }
 
   void op(const op_result& op) override {
@@ -62,8 +63,7 @@ class trace_sink final : public sink {
     append_field(out, "alloc_bytes", op.alloc_bytes);
     append_field(out, "free_bytes", op.free_bytes);
     append_op_outcome(out, op, op_keys::trace);
-    out += "}}";
-    file_.maybe_flush();
+    end();
   }
 
   static std::string where(int device) {
@@ -77,7 +77,6 @@ class trace_sink final : public sink {
     counter(live_name(sample.device), sample.time_ns, sample.live_bytes);
     const std::string where = trace_sink::where(sample.device);
     if (sample.queried) { counter(where + " used bytes (device-wide)", sample.time_ns, sample.used_bytes); }
-    file_.maybe_flush();
   }
 
   // The ledger's own events on the same counter track: every step, and for a folded record its
@@ -85,7 +84,6 @@ class trace_sink final : public sink {
   [[nodiscard]] bool wants_timeline() const override { return true; }
   void mem_event(const detail::mem_event& e) override {
     counter(live_name(e.device), e.time_ns, e.live_bytes);
-    file_.maybe_flush();
   }
   void mem_step(const detail::mem_step& step) override {
     std::pair<std::int64_t, std::uint64_t> points[3] = {
@@ -97,24 +95,23 @@ class trace_sink final : public sink {
       if (i != 0 && points[i] == points[i - 1]) { continue; }
       counter(name, points[i].first, points[i].second);
     }
-    file_.maybe_flush();
   }
 
   void alert(const gpuguard::alert& fired) override {
     std::string& out = event(std::string("alert: ") + to_string(fired.kind), "i", fired.time_ns, 0);
     out += ",\"s\":\"g\",\"args\":{\"message\":";
     append_json_string(out, fired.message);
-    out += "}}";
+    end();
   }
 
   void dropped(std::uint64_t count, std::uint64_t /*total*/, std::int64_t time_ns) override {
     std::string& out = event("events dropped", "i", time_ns, 0);
     out += ",\"s\":\"g\",\"args\":{\"count\":";
     append_uint(out, count);
-    out += "}}";
+    end();
   }
 
-  void finish(const end_info& /*last*/, const run_totals& /*totals*/) override { file_.buffer() += "\n]\n"; }
+  void finish(const end_info& /*last*/, const run_totals& /*totals*/) override { file_.buffer() += "]\n"; }
   void flush() override { file_.flush(); }
 
  private:
@@ -126,10 +123,11 @@ class trace_sink final : public sink {
     out += fraction;
   }
 
-  // Opens an event object (left open for the caller's remaining fields).
+  // Opens an event object, left open for the caller's remaining fields and its `args`; end() closes
+  // both.
   std::string& event(std::string_view name, const char* phase, std::int64_t time_ns, std::uint32_t tid) {
     std::string& out = file_.buffer();
-    out += first_ ? "" : ",\n";
+    out += first_ ? "" : ",";
     first_ = false;
     out += "{\"name\":";
     append_json_string(out, name);
@@ -146,7 +144,13 @@ class trace_sink final : public sink {
     std::string& out = event(name, "C", time_ns, 0);
     out += ",\"args\":{\"bytes\":";
     append_uint(out, bytes);
-    out += "}}";
+    end();
+  }
+
+  // Closes the event's `args` and the event, and ends its line: a write never ends inside one.
+  void end() {
+    file_.buffer() += "}}\n";
+    file_.maybe_flush();
   }
 
   output_file file_;

@@ -31,34 +31,23 @@ void append_site_stack(std::string& out, const std::vector<site_id>& raw_sites, 
 void append_device_counters(std::string& out, const std::vector<std::pair<int, counters>>& devices) {
   append_array(out, devices, [](std::string& text, const std::pair<int, counters>& device) {
     const counters& c = device.second;
-    text += "{\"device\":";
-    append_int(text, device.first);
-    append_field(text, "current_bytes", c.current_bytes);
-    append_field(text, "peak_bytes", c.peak_bytes);
-    append_field(text, "total_bytes", c.total_bytes);
-    append_field(text, "allocations", c.allocations);
-    append_field(text, "frees", c.frees);
+    open_object(text, json_field{"device", device.first}, json_field{"current_bytes", c.current_bytes},
+                json_field{"peak_bytes", c.peak_bytes}, json_field{"total_bytes", c.total_bytes},
+                json_field{"allocations", c.allocations}, json_field{"frees", c.frees});
     text += '}';
   });
 }
 
 void append_misuse(std::string& out, const misuse_counts& m) {
-  out += "{\"unknown_pointer\":";
-  append_uint(out, m.unknown_pointer);
-  append_field(out, "double_free", m.double_free);
-  append_field(out, "wrong_size", m.wrong_size);
-  append_field(out, "wrong_device", m.wrong_device);
+  open_object(out, json_field{"unknown_pointer", m.unknown_pointer}, json_field{"double_free", m.double_free},
+              json_field{"wrong_size", m.wrong_size}, json_field{"wrong_device", m.wrong_device});
   out += '}';
 }
 
 void append_leak_sites(std::string& out, const std::vector<leak_site>& sites) {
   append_array(out, sites, [](std::string& text, const leak_site& site) {
-    text += "{\"site\":";
-    append_uint(text, site.site);
-    append_field(text, "device", site.device);
-    append_string_field(text, "tag", site.tag);
-    append_field(text, "bytes", site.bytes);
-    append_field(text, "count", site.count);
+    open_object(text, json_field{"site", site.site}, json_field{"device", site.device}, json_field{"tag", site.tag},
+                json_field{"bytes", site.bytes}, json_field{"count", site.count});
     append_site_stack(text, site.raw_sites, site.frames);
     text += '}';
   });

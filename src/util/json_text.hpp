@@ -42,6 +42,38 @@ inline void append_string_field(std::string& out, std::string_view name, std::st
   append_json_string(out, text);
 }
 
+/// A named value for append_fields and append_object: an integer, a bool, or text (anything that
+/// converts to std::string_view), referred to, not copied.
+template <class Value>
+struct json_field {
+  std::string_view name;
+  const Value& value;
+};
+template <class Value>
+json_field(std::string_view, const Value&) -> json_field<Value>;
+
+/// Appends `,"name":value` for each field, text escaped as a JSON string.
+template <class... Values>
+void append_fields(std::string& out, const json_field<Values>&... fields) {
+  const auto append_one = [&out](const auto& field) {
+    if constexpr (std::is_convertible_v<decltype(field.value), std::string_view>) {
+      append_string_field(out, field.name, field.value);
+    } else {
+      append_field(out, field.name, field.value);
+    }
+  };
+  (append_one(fields), ...);
+}
+
+/// Appends `{"name":value,...` with at least one field, left open for the caller to add more fields
+/// and the closing brace.
+template <class Value, class... Values>
+void open_object(std::string& out, const json_field<Value>& first, const json_field<Values>&... rest) {
+  const std::size_t brace = out.size();
+  append_fields(out, first, rest...);
+  out[brace] = '{';  // in place of the first field's comma
+}
+
 /// Appends `[item,item,...]`, each item written by `append_item(out, item)`.
 template <class Items, class AppendItem>
 void append_array(std::string& out, const Items& items, AppendItem append_item) {

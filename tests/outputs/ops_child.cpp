@@ -15,6 +15,8 @@
 //             are folded by the producers
 //   many N    N allocations of 4 KiB through a ring of 8 (each freed when its slot comes round),
 //             one of them (the N/2-th) 64 MiB: the peak is 7 * 4 KiB + 64 MiB for microseconds
+//   endless S  scopes (names with quotes, a backslash and UTF-8) around 4 KiB allocations, as fast
+//             as it can, for S seconds at most: the SIGKILL test (kill_test.py) kills it first
 // Every size is exact so that the test can check the numbers the outputs carry.
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/core/op_scope.hpp>
@@ -230,6 +232,23 @@ int many(long count) {
   return 0;
 }
 
+int endless(double seconds) {
+  gpuguard::enable_tracking();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const auto steps = [until] {
+    std::vector<gpuguard::device_buffer> ring(8);
+    for (unsigned long i = 0; std::chrono::steady_clock::now() < until; ++i) {
+      GPUGUARD_OP(i % 2 == 0 ? "step \"even\" \\ \u00e9t\u00e9" : "step odd");
+      ring[i % 8] = gpuguard::device_buffer();  // frees the old block first
+      ring[i % 8] = gpuguard::device_buffer(std::size_t{4096} * (1 + i % 3));
+    }
+  };
+  std::thread other(steps);  // two threads: more events a writer pass, so longer writes to cut
+  steps();
+  other.join();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -243,6 +262,7 @@ int main(int argc, char** argv) try {
   if (std::strcmp(mode, "steps") == 0) { return steps(argc > 2 ? argv[2] : nullptr); }
   if (std::strcmp(mode, "timeline_full") == 0) { return timeline_full(); }
   if (std::strcmp(mode, "many") == 0) { return many(argc > 2 ? std::atol(argv[2]) : 200000); }
+  if (std::strcmp(mode, "endless") == 0) { return endless(argc > 2 ? std::atof(argv[2]) : 20.0); }
   std::fprintf(stderr, "ops_child: unknown mode '%s'\n", mode);
   return 2;
 } catch (const std::exception& error) {
