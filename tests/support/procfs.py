@@ -1,7 +1,9 @@
 """What the Python process tests read from /proc, in one place: a process's stat line, its state,
-whether it is alive, and polling until something holds (with the time it took). Imported by tests
-that put this folder on sys.path; harness.py beside it holds the rest of what the tests share."""
+whether it is alive, its PID outside a PID namespace, and polling until something holds (with the
+time it took). Imported by tests that put this folder on sys.path; harness.py beside it holds the
+rest of what the tests share."""
 import collections
+import os
 import time
 
 # The fields of /proc/PID/stat the tests use (proc(5)): the state letter, parent, process group,
@@ -48,3 +50,29 @@ def seconds_until(predicate, timeout, step=0.01, since=None):
 def wait_until(predicate, timeout, step=0.01):
     """Polls `predicate` every `step` seconds for up to `timeout`: whether it held."""
     return seconds_until(predicate, timeout, step) is not None
+
+
+def outer_pid(inner, ancestor):
+    """The PID, as this process's namespace sees it, of the descendant of `ancestor` whose PID in
+    its own innermost namespace is `inner` (what a process inside `gpuguard run`'s PID namespace
+    says of itself: the last field of "NSpid:" in /proc/PID/status), or None."""
+    import os
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                ns_pids = next((l.split()[1:] for l in f if l.startswith("NSpid:")), [])
+        except OSError:
+            continue
+        if len(ns_pids) < 2 or int(ns_pids[-1]) != inner:
+            continue
+        pid = int(name)
+        while pid > 1:  # its ancestry must reach `ancestor`
+            s = stat(pid)
+            if s is None:
+                break
+            if s.ppid == ancestor:
+                return int(name)
+            pid = s.ppid
+    return None
