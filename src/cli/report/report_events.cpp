@@ -20,6 +20,21 @@ constexpr std::size_t event_max_depth = 32;
 
 // ---- field access ------------------------------------------------------------------------------
 
+// The first `max_bytes` bytes of UTF-8 `text`, fewer when that would cut a character.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) { return text; }
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) >> 6) == 0x2) { --cut; }  // not inside a character
+  return text.substr(0, cut);
+}
+
+// `text` as a record keeps it: whole up to max_string_bytes, else cut and marked with an ellipsis
+// and its length, "name… (102400 bytes)", so that the page says it was cut and by how much.
+std::string kept_string(std::string_view text) {
+  if (text.size() <= max_string_bytes) { return std::string(text); }
+  return std::string(utf8_prefix(text, max_string_bytes)) + "\xe2\x80\xa6 (" + std::to_string(text.size()) + " bytes)";
+}
+
 // What an integer field may hold.
 enum class number_kind { count, device, integer };
 
@@ -53,7 +68,7 @@ class fields {
 
   std::string string(std::string_view name) {
     const json* v = typed(name, &json::is_string, "a string");
-    return v != nullptr ? v->get<std::string>() : std::string();
+    return v != nullptr ? kept_string(v->get_ref<const std::string&>()) : std::string();
   }
   std::optional<std::string> optional_string(std::string_view name) {
     if (!has(name)) { return std::nullopt; }
@@ -405,7 +420,7 @@ end_event read_end(fields& f) {
   for (const auto& [name, value] : misuse->items()) {
     const std::int64_t n = counts.count(name);
     if (!counts.ok()) { break; }
-    e.misuse.emplace_back(name, n);
+    e.misuse.emplace_back(kept_string(name), n);
   }
   if (!counts.ok()) { f.set_error(counts.error()); }
   return e;
@@ -441,44 +456,42 @@ event_body read_body(std::string_view type, fields& f) {
 // `reason` cut to max_reason_bytes at a character boundary (a long key or string quoted in it).
 std::string bounded(const std::string& reason) {
   if (reason.size() <= max_reason_bytes) { return reason; }
-  std::size_t cut = max_reason_bytes - 3;
-  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) >> 6) == 0x2) { --cut; }  // not inside a character
-  return reason.substr(0, cut) + "...";
+  return std::string(utf8_prefix(reason, max_reason_bytes - 3)) + "...";
 }
 
-// Sets `*error` (when not null) and returns no event.
-std::optional<log_event> refuse(std::string* error, const std::string& reason) {
-  if (error != nullptr) { *error = bounded(reason); }
+// Sets `*why` (when not null) and returns no event.
+std::optional<log_event> refuse(refusal* why, const std::string& reason, bool cut = false) {
+  if (why != nullptr) { *why = refusal{bounded(reason), cut}; }
   return std::nullopt;
 }
 
 }  // namespace
 
-std::optional<log_event> parse_event(std::string_view line, bool unterminated, std::string* error) {
+std::optional<log_event> parse_event(std::string_view line, bool unterminated, refusal* why) {
+  constexpr const char* cut_line = "the last line was cut (the process ended while writing it)";
   if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-    return refuse(error, unterminated ? "truncated last line (no newline at the end)" : "blank line");
+    return unterminated ? refuse(why, cut_line, true) : refuse(why, "blank line");
   }
   json_error syntax;
   const std::optional<json> value = parse_json(line, &syntax, event_max_depth);
   if (!value) {
     const std::string where = syntax.message + " at column " + std::to_string(syntax.offset + 1);
-    return refuse(error, unterminated ? "truncated last line (no newline at the end; the writer may have stopped mid-line): " + where
-                                      : "not JSON: " + where);
+    return unterminated ? refuse(why, std::string(cut_line) + ": " + where, true) : refuse(why, "not JSON: " + where);
   }
-  if (!value->is_object()) { return refuse(error, std::string("a JSON ") + kind_name(*value) + ", not an object"); }
+  if (!value->is_object()) { return refuse(why, std::string("a JSON ") + kind_name(*value) + ", not an object"); }
   fields header(*value, "");
   const std::int64_t version = header.number("v", number_kind::integer);
-  if (!header.ok()) { return refuse(error, header.error()); }
+  if (!header.ok()) { return refuse(why, header.error()); }
   if (version != 1) {
-    return refuse(error, "unknown version v=" + std::to_string(version) + " (this reader knows version 1)");
+    return refuse(why, "unknown version v=" + std::to_string(version) + " (this reader knows version 1)");
   }
   log_event event;
   event.type = header.string("type");
   event.t = header.count("t");
-  if (!header.ok()) { return refuse(error, header.error()); }
+  if (!header.ok()) { return refuse(why, header.error()); }
   fields f(*value, "");
   event.body = read_body(event.type, f);
-  if (!f.ok()) { return refuse(error, event.type + ": " + f.error()); }
+  if (!f.ok()) { return refuse(why, event.type + ": " + f.error()); }
   return event;
 }
 

@@ -215,10 +215,14 @@ struct device_state {
   band_selection bands;
 };
 
-// An operation drawn as a band: its line's record, when it started, and its place in the log.
+// An operation drawn as a band: its line's record, when it started, and its place in the log. Its
+// name is kept once, in the per-name table: `op.name` is empty and `name` points at the table's
+// key, or at "(other names)" for a name past the table's limit, so that the bands of a long log
+// take no memory per name.
 struct op_band {
   std::uint64_t seq = 0;
   std::int64_t t = 0;
+  const std::string* name = nullptr;
   op_event op;
 };
 
@@ -375,7 +379,7 @@ json alert_json(std::int64_t t, const alert_event& e) {
 
 json op_json(const op_band& band) {
   const op_event& op = band.op;
-  json one = {{"name", op.name},           {"thread", op.thread},         {"depth", op.depth},
+  json one = {{"name", *band.name},           {"thread", op.thread},         {"depth", op.depth},
               {"t", band.t},               {"dur", op.dur},               {"alloc_bytes", op.alloc_bytes},
               {"free_bytes", op.free_bytes}, {"net_bytes", op.net_bytes}, {"peak_bytes", op.peak_bytes},
               {"allocs", op.allocs},       {"frees", op.frees},           {"exception", op.exception}};
@@ -465,6 +469,7 @@ struct page_data::state {
   std::size_t lines_read = 0;
   std::size_t events_used = 0;
   std::size_t lines_skipped = 0;
+  bool last_line_cut = false;  // the last line was cut short (and is among the skipped)
   std::vector<std::pair<std::size_t, std::string>> skipped_shown;
   std::map<std::string, std::size_t, std::less<>> unknown_types;
   std::size_t unknown_type_lines = 0;
@@ -485,8 +490,9 @@ struct page_data::state {
   std::uint64_t op_seq = 0;
   std::size_t op_events = 0;
   std::size_t ops_of_untracked_threads = 0;
-  std::map<std::string, op_totals, std::less<>> op_names;
+  std::map<std::string, op_totals, std::less<>> op_names;  // keys stay put: bands point at them
   op_totals other_names;
+  const std::string other_names_label = "(other names)";
 
   std::vector<std::pair<std::int64_t, alert_event>> alerts;
   std::size_t alert_events = 0;
@@ -666,14 +672,15 @@ bool page_data::state::fold(const op_event& e, std::int64_t t, std::size_t /*lin
   work.see(t);
   work.see(op_end);
   auto found = op_names.find(e.name);
-  op_totals* totals = &other_names;
-  if (found != op_names.end()) {
-    totals = &found->second;
-  } else if (op_names.size() < limits.max_op_names) {
-    totals = &op_names[e.name];
+  if (found == op_names.end() && op_names.size() < limits.max_op_names) {
+    found = op_names.emplace(e.name, op_totals{}).first;
   }
-  totals->add(e.dur, e.alloc_bytes, e.free_bytes, e.peak_bytes, e.net_bytes, e.exception);
-  keep_op_band(op_band{op_seq++, t, e});
+  const bool named = found != op_names.end();
+  op_totals& totals = named ? found->second : other_names;
+  totals.add(e.dur, e.alloc_bytes, e.free_bytes, e.peak_bytes, e.net_bytes, e.exception);
+  op_band band{op_seq++, t, named ? &found->first : &other_names_label, e};
+  band.op.name = std::string();
+  keep_op_band(std::move(band));
   return true;
 }
 
@@ -742,6 +749,7 @@ page_data& page_data::operator=(page_data&&) noexcept = default;
 std::size_t page_data::lines_read() const noexcept { return state_->lines_read; }
 std::size_t page_data::events_used() const noexcept { return state_->events_used; }
 std::size_t page_data::lines_skipped() const noexcept { return state_->lines_skipped; }
+bool page_data::last_line_cut() const noexcept { return state_->last_line_cut; }
 const std::string& page_data::program() const noexcept { return state_->program; }
 
 void page_data::add_skipped_line(std::size_t number, const std::string& reason) {
@@ -752,11 +760,12 @@ void page_data::add_skipped_line(std::size_t number, const std::string& reason) 
 }
 
 bool page_data::add_line(std::string_view line, std::size_t number, bool unterminated, std::string* error) {
-  std::string why;
+  refusal why;
   const std::optional<log_event> event = parse_event(line, unterminated, &why);
   if (!event) {
-    add_skipped_line(number, why);
-    return refuse(error, std::move(why));
+    state_->last_line_cut = why.cut;
+    add_skipped_line(number, why.reason);
+    return refuse(error, std::move(why.reason));
   }
   return add_event(*event, number, error);
 }
@@ -802,6 +811,7 @@ json page_data::state::source_json(std::string_view log_path) const {
           {"lines_read", lines_read},
           {"events_used", events_used},
           {"lines_skipped", lines_skipped},
+          {"last_line_cut", last_line_cut},
           {"unknown_type_lines", unknown_type_lines},
           {"unknown_types", std::move(types)}};
 }
@@ -872,7 +882,7 @@ json page_data::state::op_summary_json() const {
   });
   json summary = json::array();
   for (const auto& entry : names) { summary.push_back(op_totals_json(*entry.first, *entry.second, false)); }
-  if (other_names.calls > 0) { summary.push_back(op_totals_json("(other names)", other_names, true)); }
+  if (other_names.calls > 0) { summary.push_back(op_totals_json(other_names_label, other_names, true)); }
   return summary;
 }
 
