@@ -179,12 +179,6 @@ Record read_record(fields& f, const record_field<Record> (&table)[N]) {
 
 // The objects of the array field `name` of `parent`, each read by `read_one(fields&)` into a Row;
 // the first `keep` are kept, all are checked. What is wrong with one goes to `parent`.
-template <typename Row>
-struct kept_rows {
-  std::vector<Row> rows;
-  std::size_t total = 0;
-};
-
 template <typename Row, typename ReadOne>
 kept_rows<Row> read_rows(fields& parent, std::string_view name, std::size_t keep, ReadOne read_one) {
   kept_rows<Row> out;
@@ -214,6 +208,18 @@ constexpr record_field<frame> frame_fields[] = {
 
 std::vector<frame> read_frames(fields& site) {
   return read_rows<frame>(site, "frames", max_frames_kept, [](fields& f) { return read_record(f, frame_fields); }).rows;
+}
+
+// The `sites` list of a `sites` or `leaks` line: each row's fields from `table`, its stack, and
+// what `more(fields&, Row&)` reads of its kind; the first `keep` kept.
+template <typename Row, std::size_t N, typename More>
+kept_rows<Row> read_site_list(fields& f, std::size_t keep, const record_field<Row> (&table)[N], More more) {
+  return read_rows<Row>(f, "sites", keep, [&](fields& s) {
+    Row row = read_record(s, table);
+    row.frames = read_frames(s);
+    more(s, row);
+    return row;
+  });
 }
 
 // `stack_backend`, optional on start, sites, leaks and end: "" when absent.
@@ -381,14 +387,8 @@ sites_event read_sites(fields& f) {
   e.sampled = f.boolean("sampled");
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
-  kept_rows<site_row> rows = read_rows<site_row>(f, "sites", max_sites_kept, [](fields& s) {
-    site_row row = read_record(s, site_row_fields);
-    row.frames = read_frames(s);
-    row.raw_sites = read_raw_sites(s);
-    return row;
-  });
-  e.count = rows.total;
-  e.sites = std::move(rows.rows);
+  e.sites = read_site_list(f, max_sites_kept, site_row_fields,
+                           [](fields& s, site_row& row) { row.raw_sites = read_raw_sites(s); });
   return e;
 }
 
@@ -398,13 +398,7 @@ leaks_event read_leaks(fields& f) {
   e.total_count = f.count("total_count");
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
-  kept_rows<leak_row> rows = read_rows<leak_row>(f, "sites", max_leak_sites_kept, [](fields& s) {
-    leak_row row = read_record(s, leak_row_fields);
-    row.frames = read_frames(s);
-    return row;
-  });
-  e.site_count = rows.total;
-  e.sites = std::move(rows.rows);
+  e.sites = read_site_list(f, max_leak_sites_kept, leak_row_fields, [](fields& /*s*/, leak_row& /*row*/) {});
   return e;
 }
 

@@ -32,6 +32,13 @@ inline constexpr std::size_t max_reason_bytes = 400;
 /// length), so that what the report keeps per distinct string is bounded whatever the log holds.
 inline constexpr std::size_t max_string_bytes = 256;
 
+/// The objects of a list in a line: the first few, and how many the line had.
+template <typename Row>
+struct kept_rows {
+  std::vector<Row> rows;
+  std::size_t total = 0;
+};
+
 /// One stack frame of a site, innermost first.
 struct frame {
   std::string address;
@@ -152,8 +159,7 @@ struct site_row {
 
 struct sites_event {
   bool sampled = false;
-  std::size_t count = 0;        ///< sites on the line
-  std::vector<site_row> sites;  ///< the first max_sites_kept
+  kept_rows<site_row> sites;  ///< the first max_sites_kept
   std::string stack_backend;
 };
 
@@ -169,8 +175,7 @@ struct leak_row {
 struct leaks_event {
   std::int64_t total_bytes = 0;
   std::int64_t total_count = 0;
-  std::size_t site_count = 0;   ///< sites on the line
-  std::vector<leak_row> sites;  ///< the first max_leak_sites_kept
+  kept_rows<leak_row> sites;  ///< the first max_leak_sites_kept
   std::string stack_backend;
 };
 

@@ -318,22 +318,22 @@ json frames_json(const std::vector<frame>& frames) {
 
 json sites_json(const sites_event& e) {
   json kept = json::array();
-  for (const site_row& row : e.sites) {
+  for (const site_row& row : e.sites.rows) {
     json one = {{"site", row.site}, {"allocs", row.allocs}, {"bytes", row.bytes}};
     if (row.raw_sites) { one["raw_sites"] = *row.raw_sites; }
     one["frames"] = frames_json(row.frames);
     kept.push_back(std::move(one));
   }
-  return {{"sampled", e.sampled}, {"count", e.count}, {"sites", std::move(kept)}};
+  return {{"sampled", e.sampled}, {"count", e.sites.total}, {"sites", std::move(kept)}};
 }
 
 json leaks_json(const leaks_event& e) {
   json kept = json::array();
-  for (const leak_row& row : e.sites) {
+  for (const leak_row& row : e.sites.rows) {
     kept.push_back({{"site", row.site}, {"device", row.device}, {"tag", row.tag}, {"bytes", row.bytes},
                     {"count", row.count}, {"frames", frames_json(row.frames)}});
   }
-  return {{"total_bytes", e.total_bytes}, {"total_count", e.total_count}, {"site_count", e.site_count},
+  return {{"total_bytes", e.total_bytes}, {"total_count", e.total_count}, {"site_count", e.sites.total},
           {"sites", std::move(kept)}};
 }
 
@@ -391,16 +391,16 @@ json op_json(const op_band& band) {
   return one;
 }
 
+// The per-name table's figures: each column's name in the page's data and the total it shows.
+constexpr std::pair<const char*, std::int64_t op_totals::*> op_total_columns[] = {
+    {"calls", &op_totals::calls},        {"total_dur", &op_totals::duration_ns}, {"max_dur", &op_totals::max_duration_ns},
+    {"total_alloc", &op_totals::alloc_bytes}, {"max_peak", &op_totals::max_peak_bytes}, {"total_net", &op_totals::net_bytes},
+    {"exceptions", &op_totals::exceptions}};
+
 json op_totals_json(std::string_view name, const op_totals& st, bool other) {
-  return {{"name", name},
-          {"other", other},
-          {"calls", st.calls},
-          {"total_dur", st.duration_ns},
-          {"max_dur", st.max_duration_ns},
-          {"total_alloc", st.alloc_bytes},
-          {"max_peak", st.max_peak_bytes},
-          {"total_net", st.net_bytes},
-          {"exceptions", st.exceptions}};
+  json row = {{"name", name}, {"other", other}};
+  for (const auto& [column, total] : op_total_columns) { row[column] = st.*total; }
+  return row;
 }
 
 json series_json(const downsampled_series& d) {
@@ -535,20 +535,10 @@ struct page_data::state {
     return &found->second;
   }
 
-  // One fold per event type: true when the event was used, else false with `*error` saying why.
-  bool fold(const start_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const device_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const thread_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const mem_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const alloc_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const mem_step_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const op_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const alert_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const dropped_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const sites_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const leaks_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const end_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const crash_event& e, std::int64_t t, std::size_t line, std::string* error);
+  // One fold per event type (specialised below): true when the event was used, else false with
+  // `*error` saying why.
+  template <typename Event>
+  bool fold(const Event& e, std::int64_t t, std::size_t line, std::string* error);
 
   void pair_alloc(device_state& d, const alloc_event& e, std::int64_t t);
   void keep_op_band(op_band band);
@@ -563,6 +553,7 @@ struct page_data::state {
   [[nodiscard]] json skipped_json() const;
 };
 
+template <>
 bool page_data::state::fold(const start_event& e, std::int64_t /*t*/, std::size_t line, std::string* error) {
   if (start_line != 0) { return refuse(error, "a second start line (the first is line " + std::to_string(start_line) + ")"); }
   note_backend(e.stack_backend);
@@ -573,6 +564,7 @@ bool page_data::state::fold(const start_event& e, std::int64_t /*t*/, std::size_
   return true;
 }
 
+template <>
 bool page_data::state::fold(const device_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -582,6 +574,7 @@ bool page_data::state::fold(const device_event& e, std::int64_t /*t*/, std::size
   return true;
 }
 
+template <>
 bool page_data::state::fold(const thread_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   if (threads.find(e.thread) == threads.end() && threads.size() >= max_threads_kept) {
     return true;  // a thread past those kept: its ops are counted, not drawn, so nothing to name
@@ -593,6 +586,7 @@ bool page_data::state::fold(const thread_event& e, std::int64_t /*t*/, std::size
   return true;
 }
 
+template <>
 bool page_data::state::fold(const mem_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -611,6 +605,7 @@ bool page_data::state::fold(const mem_event& e, std::int64_t t, std::size_t /*li
   return true;
 }
 
+template <>
 bool page_data::state::fold(const alloc_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -650,6 +645,7 @@ void page_data::state::pair_alloc(device_state& d, const alloc_event& e, std::in
   d.open.emplace(e.address, band);
 }
 
+template <>
 bool page_data::state::fold(const mem_step_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -665,6 +661,7 @@ bool page_data::state::fold(const mem_step_event& e, std::int64_t t, std::size_t
   return true;
 }
 
+template <>
 bool page_data::state::fold(const op_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   ++op_events;
   const std::int64_t op_end = add_saturated(t, e.dur);
@@ -704,6 +701,7 @@ void page_data::state::keep_op_band(op_band band) {
   th.thinned = true;
 }
 
+template <>
 bool page_data::state::fold(const alert_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   ++alert_events;
   if (alerts.size() < limits.max_alerts) { alerts.emplace_back(t, e); }
@@ -711,6 +709,7 @@ bool page_data::state::fold(const alert_event& e, std::int64_t t, std::size_t /*
   return true;
 }
 
+template <>
 bool page_data::state::fold(const dropped_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   ++dropped_lines;
   dropped_sum = add_saturated(dropped_sum, e.count);
@@ -718,24 +717,28 @@ bool page_data::state::fold(const dropped_event& e, std::int64_t /*t*/, std::siz
   return true;
 }
 
+template <>
 bool page_data::state::fold(const sites_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   sites = e;
   return true;
 }
 
+template <>
 bool page_data::state::fold(const leaks_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   leaks = e;
   return true;
 }
 
+template <>
 bool page_data::state::fold(const end_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   end.emplace(t, e);
   return true;
 }
 
+template <>
 bool page_data::state::fold(const crash_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   crash.emplace(t, e);
   return true;
