@@ -48,14 +48,16 @@ constexpr const char* footer =
     "the command fails.\n"
     "\n"
     "A line that cannot be used (not JSON, not an object, a missing or mistyped field, an unknown\n"
-    "version, a truncated last line) is reported on stderr as 'gpuguard report: LOG:LINE: why'\n"
-    "(the first 20; then how many more) and listed in the page; everything else is still shown.\n"
-    "A file that is no event log at all (empty, a Chrome trace written by trace_file=, binary\n"
-    "data, JSON lines of no gpuguard event) is named as what it is, and no page is written. Lines of unknown types and unknown\n"
-    "fields are ignored, so newer logs still render. Long logs are read as a stream: memory\n"
+    "version) is reported on stderr as 'gpuguard report: LOG:LINE: why' (the first 20; then how\n"
+    "many more) and listed in the page; everything else is still shown. A last line cut short (the\n"
+    "process ended while writing it) is skipped too, and the summary says so. A file that is no\n"
+    "event log at all (empty, a Chrome trace written by trace_file=, binary data, JSON lines of no\n"
+    "gpuguard event) is named as what it is, and no page is written. Lines of unknown types and\n"
+    "unknown fields are ignored, so newer logs still render. Long logs are read as a stream: memory\n"
     "samples are reduced to a few thousand points per device (each bucket keeps its lowest and\n"
     "highest sample, so peaks survive) and at most 2000 operation bands are drawn per thread\n"
-    "(the longest and the biggest); the page says when it thinned anything. A one-line summary\n"
+    "(the longest and the biggest); the page says when it thinned anything. Strings are kept to\n"
+    "256 bytes: a longer name is cut and shown as 'name… (102400 bytes)'. A one-line summary\n"
     "goes to stdout (to stderr with -o -).\n"
     "\n"
     "exit status:\n"
@@ -267,8 +269,9 @@ int write_page(const std::string& page, const std::string& output, const report:
     std::fprintf(stderr, "gpuguard report: %s\n", error.c_str());
     return 1;
   }
-  std::fprintf(to_stdout ? stderr : stdout, "gpuguard report: %zu lines read, %zu events used, %zu lines skipped; wrote %s\n",
+  std::fprintf(to_stdout ? stderr : stdout, "gpuguard report: %zu lines read, %zu events used, %zu lines skipped%s; wrote %s\n",
                data.lines_read(), data.events_used(), data.lines_skipped(),
+               data.last_line_cut() ? " (the last line was cut: the process ended while writing it)" : "",
                to_stdout ? "the page to standard output" : output.c_str());
   return 0;
 }

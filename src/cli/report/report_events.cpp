@@ -20,6 +20,21 @@ constexpr std::size_t event_max_depth = 32;
 
 // ---- field access ------------------------------------------------------------------------------
 
+// The first `max_bytes` bytes of UTF-8 `text`, fewer when that would cut a character.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) { return text; }
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) >> 6) == 0x2) { --cut; }  // not inside a character
+  return text.substr(0, cut);
+}
+
+// `text` as a record keeps it: whole up to max_string_bytes, else cut and marked with an ellipsis
+// and its length, "name… (102400 bytes)", so that the page says it was cut and by how much.
+std::string kept_string(std::string_view text) {
+  if (text.size() <= max_string_bytes) { return std::string(text); }
+  return std::string(utf8_prefix(text, max_string_bytes)) + "\xe2\x80\xa6 (" + std::to_string(text.size()) + " bytes)";
+}
+
 // What an integer field may hold.
 enum class number_kind { count, device, integer };
 
@@ -53,7 +68,7 @@ class fields {
 
   std::string string(std::string_view name) {
     const json* v = typed(name, &json::is_string, "a string");
-    return v != nullptr ? v->get<std::string>() : std::string();
+    return v != nullptr ? kept_string(v->get_ref<const std::string&>()) : std::string();
   }
   std::optional<std::string> optional_string(std::string_view name) {
     if (!has(name)) { return std::nullopt; }
@@ -164,12 +179,6 @@ Record read_record(fields& f, const record_field<Record> (&table)[N]) {
 
 // The objects of the array field `name` of `parent`, each read by `read_one(fields&)` into a Row;
 // the first `keep` are kept, all are checked. What is wrong with one goes to `parent`.
-template <typename Row>
-struct kept_rows {
-  std::vector<Row> rows;
-  std::size_t total = 0;
-};
-
 template <typename Row, typename ReadOne>
 kept_rows<Row> read_rows(fields& parent, std::string_view name, std::size_t keep, ReadOne read_one) {
   kept_rows<Row> out;
@@ -199,6 +208,18 @@ constexpr record_field<frame> frame_fields[] = {
 
 std::vector<frame> read_frames(fields& site) {
   return read_rows<frame>(site, "frames", max_frames_kept, [](fields& f) { return read_record(f, frame_fields); }).rows;
+}
+
+// The `sites` list of a `sites` or `leaks` line: each row's fields from `table`, its stack, and
+// what `more(fields&, Row&)` reads of its kind; the first `keep` kept.
+template <typename Row, std::size_t N, typename More>
+kept_rows<Row> read_site_list(fields& f, std::size_t keep, const record_field<Row> (&table)[N], More more) {
+  return read_rows<Row>(f, "sites", keep, [&](fields& s) {
+    Row row = read_record(s, table);
+    row.frames = read_frames(s);
+    more(s, row);
+    return row;
+  });
 }
 
 // `stack_backend`, optional on start, sites, leaks and end: "" when absent.
@@ -366,14 +387,8 @@ sites_event read_sites(fields& f) {
   e.sampled = f.boolean("sampled");
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
-  kept_rows<site_row> rows = read_rows<site_row>(f, "sites", max_sites_kept, [](fields& s) {
-    site_row row = read_record(s, site_row_fields);
-    row.frames = read_frames(s);
-    row.raw_sites = read_raw_sites(s);
-    return row;
-  });
-  e.count = rows.total;
-  e.sites = std::move(rows.rows);
+  e.sites = read_site_list(f, max_sites_kept, site_row_fields,
+                           [](fields& s, site_row& row) { row.raw_sites = read_raw_sites(s); });
   return e;
 }
 
@@ -383,13 +398,7 @@ leaks_event read_leaks(fields& f) {
   e.total_count = f.count("total_count");
   e.stack_backend = read_backend(f);
   if (!f.ok()) { return e; }
-  kept_rows<leak_row> rows = read_rows<leak_row>(f, "sites", max_leak_sites_kept, [](fields& s) {
-    leak_row row = read_record(s, leak_row_fields);
-    row.frames = read_frames(s);
-    return row;
-  });
-  e.site_count = rows.total;
-  e.sites = std::move(rows.rows);
+  e.sites = read_site_list(f, max_leak_sites_kept, leak_row_fields, [](fields& /*s*/, leak_row& /*row*/) {});
   return e;
 }
 
@@ -405,7 +414,7 @@ end_event read_end(fields& f) {
   for (const auto& [name, value] : misuse->items()) {
     const std::int64_t n = counts.count(name);
     if (!counts.ok()) { break; }
-    e.misuse.emplace_back(name, n);
+    e.misuse.emplace_back(kept_string(name), n);
   }
   if (!counts.ok()) { f.set_error(counts.error()); }
   return e;
@@ -441,44 +450,42 @@ event_body read_body(std::string_view type, fields& f) {
 // `reason` cut to max_reason_bytes at a character boundary (a long key or string quoted in it).
 std::string bounded(const std::string& reason) {
   if (reason.size() <= max_reason_bytes) { return reason; }
-  std::size_t cut = max_reason_bytes - 3;
-  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) >> 6) == 0x2) { --cut; }  // not inside a character
-  return reason.substr(0, cut) + "...";
+  return std::string(utf8_prefix(reason, max_reason_bytes - 3)) + "...";
 }
 
-// Sets `*error` (when not null) and returns no event.
-std::optional<log_event> refuse(std::string* error, const std::string& reason) {
-  if (error != nullptr) { *error = bounded(reason); }
+// Sets `*why` (when not null) and returns no event.
+std::optional<log_event> refuse(refusal* why, const std::string& reason, bool cut = false) {
+  if (why != nullptr) { *why = refusal{bounded(reason), cut}; }
   return std::nullopt;
 }
 
 }  // namespace
 
-std::optional<log_event> parse_event(std::string_view line, bool unterminated, std::string* error) {
+std::optional<log_event> parse_event(std::string_view line, bool unterminated, refusal* why) {
+  constexpr const char* cut_line = "the last line was cut (the process ended while writing it)";
   if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-    return refuse(error, unterminated ? "truncated last line (no newline at the end)" : "blank line");
+    return unterminated ? refuse(why, cut_line, true) : refuse(why, "blank line");
   }
   json_error syntax;
   const std::optional<json> value = parse_json(line, &syntax, event_max_depth);
   if (!value) {
     const std::string where = syntax.message + " at column " + std::to_string(syntax.offset + 1);
-    return refuse(error, unterminated ? "truncated last line (no newline at the end; the writer may have stopped mid-line): " + where
-                                      : "not JSON: " + where);
+    return unterminated ? refuse(why, std::string(cut_line) + ": " + where, true) : refuse(why, "not JSON: " + where);
   }
-  if (!value->is_object()) { return refuse(error, std::string("a JSON ") + kind_name(*value) + ", not an object"); }
+  if (!value->is_object()) { return refuse(why, std::string("a JSON ") + kind_name(*value) + ", not an object"); }
   fields header(*value, "");
   const std::int64_t version = header.number("v", number_kind::integer);
-  if (!header.ok()) { return refuse(error, header.error()); }
+  if (!header.ok()) { return refuse(why, header.error()); }
   if (version != 1) {
-    return refuse(error, "unknown version v=" + std::to_string(version) + " (this reader knows version 1)");
+    return refuse(why, "unknown version v=" + std::to_string(version) + " (this reader knows version 1)");
   }
   log_event event;
   event.type = header.string("type");
   event.t = header.count("t");
-  if (!header.ok()) { return refuse(error, header.error()); }
+  if (!header.ok()) { return refuse(why, header.error()); }
   fields f(*value, "");
   event.body = read_body(event.type, f);
-  if (!f.ok()) { return refuse(error, event.type + ": " + f.error()); }
+  if (!f.ok()) { return refuse(why, event.type + ": " + f.error()); }
   return event;
 }
 

@@ -26,6 +26,18 @@ inline constexpr std::size_t max_leak_sites_kept = 200;  ///< sites of a `leaks`
 inline constexpr std::size_t max_frames_kept = 64;       ///< frames of one site (and raw ids)
 /// Longest reason a refused line gets; a longer one (a hostile key or string quoted in it) is cut.
 inline constexpr std::size_t max_reason_bytes = 400;
+/// Longest string a record keeps of its line (a name, tag, program, frame, message, misuse key):
+/// gpuguard writes operation names of at most 47 bytes, tags of 63 and thread names of 15. A
+/// longer one is cut at a character boundary and marked, "name… (102400 bytes)" (the original
+/// length), so that what the report keeps per distinct string is bounded whatever the log holds.
+inline constexpr std::size_t max_string_bytes = 256;
+
+/// The objects of a list in a line: the first few, and how many the line had.
+template <typename Row>
+struct kept_rows {
+  std::vector<Row> rows;
+  std::size_t total = 0;
+};
 
 /// One stack frame of a site, innermost first.
 struct frame {
@@ -147,8 +159,7 @@ struct site_row {
 
 struct sites_event {
   bool sampled = false;
-  std::size_t count = 0;        ///< sites on the line
-  std::vector<site_row> sites;  ///< the first max_sites_kept
+  kept_rows<site_row> sites;  ///< the first max_sites_kept
   std::string stack_backend;
 };
 
@@ -164,8 +175,7 @@ struct leak_row {
 struct leaks_event {
   std::int64_t total_bytes = 0;
   std::int64_t total_count = 0;
-  std::size_t site_count = 0;   ///< sites on the line
-  std::vector<leak_row> sites;  ///< the first max_leak_sites_kept
+  kept_rows<leak_row> sites;  ///< the first max_leak_sites_kept
   std::string stack_backend;
 };
 
@@ -219,11 +229,19 @@ struct log_event {
   event_body body;
 };
 
+/// Why parse_event refused a line.
+struct refusal {
+  /// One printable line of at most max_reason_bytes, naming the field and what is wrong with it
+  /// ("op: field \"dur\" must be a non-negative integer, not -5"), or the column of a syntax error.
+  std::string reason;
+  /// The line is the last, has no newline and is not whole JSON: the process writing it ended
+  /// mid-line (a SIGKILL may stop a write anywhere), so it was cut, not written wrong.
+  bool cut = false;
+};
+
 /// Reads one line of the log, without its newline; `unterminated` says it is the last line and had
-/// no newline (a writer that died mid-line leaves one). Returns its record, or nullopt with
-/// `*error` (when not null) set to why the line cannot be used: one printable line of at most
-/// max_reason_bytes, naming the field and what is wrong with it ("op: field \"dur\" must be a
-/// non-negative integer, not -5"), or the column of a syntax error. A blank line is refused too.
-std::optional<log_event> parse_event(std::string_view line, bool unterminated, std::string* error);
+/// no newline. Returns its record, or nullopt with `*why` (when not null) set to why the line
+/// cannot be used. A blank line is refused too. Strings are kept to max_string_bytes.
+std::optional<log_event> parse_event(std::string_view line, bool unterminated, refusal* why);
 
 }  // namespace gpuguard::cli::report

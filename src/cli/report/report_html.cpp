@@ -4,6 +4,7 @@
 #include "report_style_css.hpp"
 #include "report_template_html.hpp"
 
+#include <algorithm>
 #include <iterator>
 
 namespace gpuguard::cli {
@@ -22,35 +23,40 @@ std::string join(const std::string_view (&chunks)[N]) {
 
 }  // namespace
 
-std::string html_escape(std::string_view text) {
+namespace {
+
+// A character of the text and what stands for it in the output.
+struct escape {
+  char c;
+  std::string_view as;
+};
+
+// `text` with every character that `escapes` names replaced by what stands for it.
+template <std::size_t N>
+std::string escaped(std::string_view text, const escape (&escapes)[N]) {
   std::string out;
-  out.reserve(text.size());
+  out.reserve(text.size() + text.size() / 16);
   for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+    const escape* found = std::find_if(std::begin(escapes), std::end(escapes), [c](const escape& e) { return e.c == c; });
+    if (found != std::end(escapes)) {
+      out += found->as;
+    } else {
+      out += c;
     }
   }
   return out;
 }
 
-std::string script_safe_json(std::string_view json) {
-  std::string out;
-  out.reserve(json.size() + json.size() / 16);
-  for (const char c : json) {
-    switch (c) {
-      case '<': out += "\\u003c"; break;
-      case '>': out += "\\u003e"; break;
-      case '&': out += "\\u0026"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+constexpr escape html_escapes[] = {{'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&quot;"}, {'\'', "&#39;"}};
+// In a JSON string or between its tokens these mean the same, and no `</script>` or `<!--` can end
+// or change the script element.
+constexpr escape script_escapes[] = {{'<', "\\u003c"}, {'>', "\\u003e"}, {'&', "\\u0026"}};
+
+}  // namespace
+
+std::string html_escape(std::string_view text) { return escaped(text, html_escapes); }
+
+std::string script_safe_json(std::string_view json) { return escaped(json, script_escapes); }
 
 std::string render_report_html(std::string_view title, std::string_view data_json) {
   const std::string page = join(assets::report_template_html);

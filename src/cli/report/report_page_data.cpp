@@ -215,10 +215,14 @@ struct device_state {
   band_selection bands;
 };
 
-// An operation drawn as a band: its line's record, when it started, and its place in the log.
+// An operation drawn as a band: its line's record, when it started, and its place in the log. Its
+// name is kept once, in the per-name table: `op.name` is empty and `name` points at the table's
+// key, or at "(other names)" for a name past the table's limit, so that the bands of a long log
+// take no memory per name.
 struct op_band {
   std::uint64_t seq = 0;
   std::int64_t t = 0;
+  const std::string* name = nullptr;
   op_event op;
 };
 
@@ -314,22 +318,22 @@ json frames_json(const std::vector<frame>& frames) {
 
 json sites_json(const sites_event& e) {
   json kept = json::array();
-  for (const site_row& row : e.sites) {
+  for (const site_row& row : e.sites.rows) {
     json one = {{"site", row.site}, {"allocs", row.allocs}, {"bytes", row.bytes}};
     if (row.raw_sites) { one["raw_sites"] = *row.raw_sites; }
     one["frames"] = frames_json(row.frames);
     kept.push_back(std::move(one));
   }
-  return {{"sampled", e.sampled}, {"count", e.count}, {"sites", std::move(kept)}};
+  return {{"sampled", e.sampled}, {"count", e.sites.total}, {"sites", std::move(kept)}};
 }
 
 json leaks_json(const leaks_event& e) {
   json kept = json::array();
-  for (const leak_row& row : e.sites) {
+  for (const leak_row& row : e.sites.rows) {
     kept.push_back({{"site", row.site}, {"device", row.device}, {"tag", row.tag}, {"bytes", row.bytes},
                     {"count", row.count}, {"frames", frames_json(row.frames)}});
   }
-  return {{"total_bytes", e.total_bytes}, {"total_count", e.total_count}, {"site_count", e.site_count},
+  return {{"total_bytes", e.total_bytes}, {"total_count", e.total_count}, {"site_count", e.sites.total},
           {"sites", std::move(kept)}};
 }
 
@@ -375,7 +379,7 @@ json alert_json(std::int64_t t, const alert_event& e) {
 
 json op_json(const op_band& band) {
   const op_event& op = band.op;
-  json one = {{"name", op.name},           {"thread", op.thread},         {"depth", op.depth},
+  json one = {{"name", *band.name},           {"thread", op.thread},         {"depth", op.depth},
               {"t", band.t},               {"dur", op.dur},               {"alloc_bytes", op.alloc_bytes},
               {"free_bytes", op.free_bytes}, {"net_bytes", op.net_bytes}, {"peak_bytes", op.peak_bytes},
               {"allocs", op.allocs},       {"frees", op.frees},           {"exception", op.exception}};
@@ -387,16 +391,16 @@ json op_json(const op_band& band) {
   return one;
 }
 
+// The per-name table's figures: each column's name in the page's data and the total it shows.
+constexpr std::pair<const char*, std::int64_t op_totals::*> op_total_columns[] = {
+    {"calls", &op_totals::calls},        {"total_dur", &op_totals::duration_ns}, {"max_dur", &op_totals::max_duration_ns},
+    {"total_alloc", &op_totals::alloc_bytes}, {"max_peak", &op_totals::max_peak_bytes}, {"total_net", &op_totals::net_bytes},
+    {"exceptions", &op_totals::exceptions}};
+
 json op_totals_json(std::string_view name, const op_totals& st, bool other) {
-  return {{"name", name},
-          {"other", other},
-          {"calls", st.calls},
-          {"total_dur", st.duration_ns},
-          {"max_dur", st.max_duration_ns},
-          {"total_alloc", st.alloc_bytes},
-          {"max_peak", st.max_peak_bytes},
-          {"total_net", st.net_bytes},
-          {"exceptions", st.exceptions}};
+  json row = {{"name", name}, {"other", other}};
+  for (const auto& [column, total] : op_total_columns) { row[column] = st.*total; }
+  return row;
 }
 
 json series_json(const downsampled_series& d) {
@@ -465,6 +469,7 @@ struct page_data::state {
   std::size_t lines_read = 0;
   std::size_t events_used = 0;
   std::size_t lines_skipped = 0;
+  bool last_line_cut = false;  // the last line was cut short (and is among the skipped)
   std::vector<std::pair<std::size_t, std::string>> skipped_shown;
   std::map<std::string, std::size_t, std::less<>> unknown_types;
   std::size_t unknown_type_lines = 0;
@@ -485,8 +490,9 @@ struct page_data::state {
   std::uint64_t op_seq = 0;
   std::size_t op_events = 0;
   std::size_t ops_of_untracked_threads = 0;
-  std::map<std::string, op_totals, std::less<>> op_names;
+  std::map<std::string, op_totals, std::less<>> op_names;  // keys stay put: bands point at them
   op_totals other_names;
+  const std::string other_names_label = "(other names)";
 
   std::vector<std::pair<std::int64_t, alert_event>> alerts;
   std::size_t alert_events = 0;
@@ -529,20 +535,10 @@ struct page_data::state {
     return &found->second;
   }
 
-  // One fold per event type: true when the event was used, else false with `*error` saying why.
-  bool fold(const start_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const device_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const thread_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const mem_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const alloc_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const mem_step_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const op_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const alert_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const dropped_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const sites_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const leaks_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const end_event& e, std::int64_t t, std::size_t line, std::string* error);
-  bool fold(const crash_event& e, std::int64_t t, std::size_t line, std::string* error);
+  // One fold per event type (specialised below): true when the event was used, else false with
+  // `*error` saying why.
+  template <typename Event>
+  bool fold(const Event& e, std::int64_t t, std::size_t line, std::string* error);
 
   void pair_alloc(device_state& d, const alloc_event& e, std::int64_t t);
   void keep_op_band(op_band band);
@@ -557,6 +553,7 @@ struct page_data::state {
   [[nodiscard]] json skipped_json() const;
 };
 
+template <>
 bool page_data::state::fold(const start_event& e, std::int64_t /*t*/, std::size_t line, std::string* error) {
   if (start_line != 0) { return refuse(error, "a second start line (the first is line " + std::to_string(start_line) + ")"); }
   note_backend(e.stack_backend);
@@ -567,6 +564,7 @@ bool page_data::state::fold(const start_event& e, std::int64_t /*t*/, std::size_
   return true;
 }
 
+template <>
 bool page_data::state::fold(const device_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -576,6 +574,7 @@ bool page_data::state::fold(const device_event& e, std::int64_t /*t*/, std::size
   return true;
 }
 
+template <>
 bool page_data::state::fold(const thread_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   if (threads.find(e.thread) == threads.end() && threads.size() >= max_threads_kept) {
     return true;  // a thread past those kept: its ops are counted, not drawn, so nothing to name
@@ -587,6 +586,7 @@ bool page_data::state::fold(const thread_event& e, std::int64_t /*t*/, std::size
   return true;
 }
 
+template <>
 bool page_data::state::fold(const mem_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -605,6 +605,7 @@ bool page_data::state::fold(const mem_event& e, std::int64_t t, std::size_t /*li
   return true;
 }
 
+template <>
 bool page_data::state::fold(const alloc_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -644,6 +645,7 @@ void page_data::state::pair_alloc(device_state& d, const alloc_event& e, std::in
   d.open.emplace(e.address, band);
 }
 
+template <>
 bool page_data::state::fold(const mem_step_event& e, std::int64_t t, std::size_t /*line*/, std::string* error) {
   device_state* const d = device(e.device, error);
   if (d == nullptr) { return false; }
@@ -659,6 +661,7 @@ bool page_data::state::fold(const mem_step_event& e, std::int64_t t, std::size_t
   return true;
 }
 
+template <>
 bool page_data::state::fold(const op_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   ++op_events;
   const std::int64_t op_end = add_saturated(t, e.dur);
@@ -666,14 +669,15 @@ bool page_data::state::fold(const op_event& e, std::int64_t t, std::size_t /*lin
   work.see(t);
   work.see(op_end);
   auto found = op_names.find(e.name);
-  op_totals* totals = &other_names;
-  if (found != op_names.end()) {
-    totals = &found->second;
-  } else if (op_names.size() < limits.max_op_names) {
-    totals = &op_names[e.name];
+  if (found == op_names.end() && op_names.size() < limits.max_op_names) {
+    found = op_names.emplace(e.name, op_totals{}).first;
   }
-  totals->add(e.dur, e.alloc_bytes, e.free_bytes, e.peak_bytes, e.net_bytes, e.exception);
-  keep_op_band(op_band{op_seq++, t, e});
+  const bool named = found != op_names.end();
+  op_totals& totals = named ? found->second : other_names;
+  totals.add(e.dur, e.alloc_bytes, e.free_bytes, e.peak_bytes, e.net_bytes, e.exception);
+  op_band band{op_seq++, t, named ? &found->first : &other_names_label, e};
+  band.op.name = std::string();
+  keep_op_band(std::move(band));
   return true;
 }
 
@@ -697,6 +701,7 @@ void page_data::state::keep_op_band(op_band band) {
   th.thinned = true;
 }
 
+template <>
 bool page_data::state::fold(const alert_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   ++alert_events;
   if (alerts.size() < limits.max_alerts) { alerts.emplace_back(t, e); }
@@ -704,6 +709,7 @@ bool page_data::state::fold(const alert_event& e, std::int64_t t, std::size_t /*
   return true;
 }
 
+template <>
 bool page_data::state::fold(const dropped_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   ++dropped_lines;
   dropped_sum = add_saturated(dropped_sum, e.count);
@@ -711,24 +717,28 @@ bool page_data::state::fold(const dropped_event& e, std::int64_t /*t*/, std::siz
   return true;
 }
 
+template <>
 bool page_data::state::fold(const sites_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   sites = e;
   return true;
 }
 
+template <>
 bool page_data::state::fold(const leaks_event& e, std::int64_t /*t*/, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   leaks = e;
   return true;
 }
 
+template <>
 bool page_data::state::fold(const end_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   note_backend(e.stack_backend);
   end.emplace(t, e);
   return true;
 }
 
+template <>
 bool page_data::state::fold(const crash_event& e, std::int64_t t, std::size_t /*line*/, std::string* /*error*/) {
   crash.emplace(t, e);
   return true;
@@ -742,6 +752,7 @@ page_data& page_data::operator=(page_data&&) noexcept = default;
 std::size_t page_data::lines_read() const noexcept { return state_->lines_read; }
 std::size_t page_data::events_used() const noexcept { return state_->events_used; }
 std::size_t page_data::lines_skipped() const noexcept { return state_->lines_skipped; }
+bool page_data::last_line_cut() const noexcept { return state_->last_line_cut; }
 const std::string& page_data::program() const noexcept { return state_->program; }
 
 void page_data::add_skipped_line(std::size_t number, const std::string& reason) {
@@ -752,11 +763,12 @@ void page_data::add_skipped_line(std::size_t number, const std::string& reason) 
 }
 
 bool page_data::add_line(std::string_view line, std::size_t number, bool unterminated, std::string* error) {
-  std::string why;
+  refusal why;
   const std::optional<log_event> event = parse_event(line, unterminated, &why);
   if (!event) {
-    add_skipped_line(number, why);
-    return refuse(error, std::move(why));
+    state_->last_line_cut = why.cut;
+    add_skipped_line(number, why.reason);
+    return refuse(error, std::move(why.reason));
   }
   return add_event(*event, number, error);
 }
@@ -802,6 +814,7 @@ json page_data::state::source_json(std::string_view log_path) const {
           {"lines_read", lines_read},
           {"events_used", events_used},
           {"lines_skipped", lines_skipped},
+          {"last_line_cut", last_line_cut},
           {"unknown_type_lines", unknown_type_lines},
           {"unknown_types", std::move(types)}};
 }
@@ -872,7 +885,7 @@ json page_data::state::op_summary_json() const {
   });
   json summary = json::array();
   for (const auto& entry : names) { summary.push_back(op_totals_json(*entry.first, *entry.second, false)); }
-  if (other_names.calls > 0) { summary.push_back(op_totals_json("(other names)", other_names, true)); }
+  if (other_names.calls > 0) { summary.push_back(op_totals_json(other_names_label, other_names, true)); }
   return summary;
 }
 

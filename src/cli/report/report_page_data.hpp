@@ -58,6 +58,9 @@ class page_data {
   [[nodiscard]] std::size_t lines_read() const noexcept;
   [[nodiscard]] std::size_t events_used() const noexcept;
   [[nodiscard]] std::size_t lines_skipped() const noexcept;
+  /// Whether the last line was cut short (the process writing it ended mid-line); it is counted
+  /// among the skipped lines.
+  [[nodiscard]] bool last_line_cut() const noexcept;
   /// The program named by the log's `start` line ("" before one).
   [[nodiscard]] const std::string& program() const noexcept;
 

@@ -164,7 +164,8 @@
         plural(src.lines_skipped, 'line') + ' of the log could not be used and ' +
         (src.lines_skipped === 1 ? 'was' : 'were') + ' skipped; see ');
       b.appendChild(el('a', { href: '#log-panel', text: 'Log' }));
-      b.appendChild(document.createTextNode(' below for which and why. Everything else is shown.'));
+      b.appendChild(document.createTextNode(' below for which and why. Everything else is shown.' +
+        (src.last_line_cut ? ' The last line was cut: the process ended while writing it.' : '')));
       box.appendChild(b);
     }
     if (data.dropped.events > 0) {
@@ -1056,7 +1057,8 @@
     var note = byId('log-note');
     note.textContent = 'Read ' + plural(src.lines_read, 'line') + ' from ' + src.path + ': ' +
       plural(src.events_used, 'event') + ' used, ' + plural(src.lines_skipped, 'line') + ' skipped' +
-      (src.unknown_type_lines ? ', ' + fmtInt(src.unknown_type_lines) + ' of unknown types ignored' : '') + '.';
+      (src.unknown_type_lines ? ', ' + fmtInt(src.unknown_type_lines) + ' of unknown types ignored' : '') + '.' +
+      (src.last_line_cut ? ' The last line was cut (the process ended while writing it).' : '');
     var ul = byId('skipped-lines');
     data.skipped.lines.forEach(function (s) {
       ul.appendChild(el('li', { 'class': 'skipped', 'data-line': s.line },

@@ -115,7 +115,7 @@ class report_test(unittest.TestCase):
 
         start = events[0]
         self.assertEqual(data["schema"], "gpuguard.report")
-        self.assertEqual(data["source"], dict(path=log, lines_read=n, events_used=n, lines_skipped=0,
+        self.assertEqual(data["source"], dict(path=log, lines_read=n, events_used=n, lines_skipped=0, last_line_cut=False,
                                               unknown_type_lines=0, unknown_types={}))
         wall = datetime.datetime.fromtimestamp(start["unix_ns"] // 10**9, datetime.timezone.utc)
         self.assertEqual(data["run"]["start_wall"], wall.strftime("%Y-%m-%d %H:%M:%S") +
@@ -220,14 +220,15 @@ class report_test(unittest.TestCase):
             (16, 'op: field "exception" must be true or false, not a JSON string'),
             (18, 'mem: field "used_bytes" without "total_bytes"'),
             (19, 'leaks: field "sites[0].frames[0].line" must be a non-negative integer, not a JSON string'),
-            (20, "truncated last line (no newline at the end; the writer may have stopped mid-line): "
+            (20, "the last line was cut (the process ended while writing it): "
                  "syntax error while parsing object key - invalid string: missing closing quote; "
                  "last read: '\"live_by'; expected string literal at column 53"),
         ]
         self.assertEqual(r.stderr.decode().splitlines(),
                          ["gpuguard report: %s:%d: %s" % (log, n, why) for n, why in expected])
-        self.assertEqual(r.stdout.decode(), "gpuguard report: 20 lines read, 7 events used, 12 lines skipped; wrote %s\n"
-                         % self.path("report.html"))
+        self.assertEqual(r.stdout.decode(), "gpuguard report: 20 lines read, 7 events used, 12 lines skipped (the last line "
+                         "was cut: the process ended while writing it); wrote %s\n" % self.path("report.html"))
+        self.assertTrue(data["source"]["last_line_cut"])
         self.assertEqual(data["skipped"], dict(count=12, lines=[dict(line=n, reason=why) for n, why in expected]))
         self.assertEqual(data["source"]["unknown_types"], {"gpu_temperature": 1})
         self.assertEqual(data["source"]["unknown_type_lines"], 1)
@@ -520,6 +521,112 @@ class report_test(unittest.TestCase):
         self.assertIn("%d lines read, %d events used, %d lines skipped" % (1 + devices + threads, 1 + 256 + threads,
                                                                            devices - 256), r.stdout.decode())
         self.assertLessEqual(len(data["threads"]), 1024)
+
+    # ---- a last line cut by a process that ended mid-write ----------------------------------------
+
+    def test_a_cut_last_line_is_skipped_and_the_summary_says_so(self):
+        with open(os.path.join(DATA, "good.jsonl"), encoding="utf-8") as f:
+            lines = f.read().splitlines(keepends=True)
+        whole = "".join(lines[:-1])
+        last = lines[-1].rstrip("\n")
+        n = len(lines)
+        # A SIGKILL can stop a write anywhere: after one byte, inside a key, a string, a number, a
+        # multi-byte character, or one byte before the closing brace.
+        tail = last + '{"v":1,"type":"thread","t":5,"thread":9,"tid":9,"name":"d\u00e9coder"}'
+        cuts = [1, len(last) // 3, len(last) // 2, len(last) - 1]
+        multi = len(last) + tail[len(last):].index("\u00e9") + 1  # inside the two bytes of \u00e9
+        for i, cut in enumerate(cuts + [multi]):
+            text = (whole + tail[:cut]).encode("utf-8") if cut != multi else \
+                whole.encode("utf-8") + last.encode("utf-8") + b"\n" + tail[len(last):].encode("utf-8")[:multi - len(last) + 1]
+            lines_read = n if cut != multi else n + 1
+            with self.subTest(cut=cut):
+                log = self.path("cut%d.jsonl" % i)
+                with open(log, "wb") as f:
+                    f.write(text)
+                r, page, data = self.render(log)
+                self.assertEqual(r.stdout.decode(), "gpuguard report: %d lines read, %d events used, 1 lines skipped (the last "
+                                 "line was cut: the process ended while writing it); wrote %s\n"
+                                 % (lines_read, lines_read - 1, self.path("report.html")))
+                err = r.stderr.decode().splitlines()
+                self.assertEqual(len(err), 1, err)
+                self.assertTrue(err[0].startswith("gpuguard report: %s:%d: the last line was cut (the process ended while "
+                                                  "writing it)" % (log, lines_read)), err)
+                self.assertTrue(data["source"]["last_line_cut"])
+                self.assertEqual([s["line"] for s in data["skipped"]["lines"]], [lines_read])
+        # The whole line without its newline is used; a cut line followed by others is not JSON.
+        log = self.path("no_newline.jsonl")
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(whole + last)
+        r, _, data = self.render(log)
+        self.assertIn("%d lines read, %d events used, 0 lines skipped; wrote" % (n, n), r.stdout.decode())
+        self.assertFalse(data["source"]["last_line_cut"])
+        log = self.path("cut_inside.jsonl")
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(lines[0] + lines[1][:20] + "\n" + "".join(lines[2:]))
+        r, _, data = self.render(log)
+        self.assertIn("%d lines read, %d events used, 1 lines skipped; wrote" % (n, n - 1), r.stdout.decode())
+        self.assertRegex(r.stderr.decode(), r"^gpuguard report: %s:2: not JSON: .* at column 21\n$" % re.escape(log))
+        self.assertFalse(data["source"]["last_line_cut"])
+
+    # ---- long names ---------------------------------------------------------------------------------
+
+    def test_long_names_are_cut_and_the_page_stays_bounded(self):
+        # A hostile log of a few MB: every string the report keeps is long, and every name distinct.
+        cap = 256
+
+        def cut(s):
+            b = s.encode("utf-8")
+            if len(b) <= cap:
+                return s
+            return b[:cap].decode("utf-8", "ignore") + "\u2026 (%d bytes)" % len(b)
+
+        names = ["op%04d_" % i + "n" * 20000 for i in range(160)]
+        program = "/" + "p" * 5000
+        thread = "w" * 3000
+        tag = "t" * 4000
+        function = "f" * 9000
+        wide = "\u00e9" * 300        # 600 bytes of two-byte characters: cut at a character boundary
+        exact = "e" * cap            # kept whole
+        misuse_key = "k" * 7000
+        log = self.path("long_names.jsonl")
+        with open(log, "w", encoding="utf-8") as f:
+            def line(**event):
+                f.write(json.dumps(dict(v=1, **event), ensure_ascii=False) + "\n")
+            line(type="start", t=0, schema="gpuguard.events", pid=1, program=program, unix_ns=0)
+            line(type="thread", t=1, thread=1, tid=7, name=thread)
+            line(type="device", t=1, device=0, name="d" * 5000, total_bytes=1 << 30)
+            for i, name in enumerate(names + [wide, exact]):
+                line(type="op", t=10 + i, name=name, thread=1, depth=0, dur=5, alloc_bytes=1, free_bytes=0, net_bytes=1,
+                     peak_bytes=1, allocs=1, frees=0, exception=False)
+            line(type="alert", t=500, kind="op_growth", suppressed=0, message="m" * 6000, name=names[0], thread=1,
+                 net_bytes=1, limit_bytes=1)
+            frames = [dict(address="0x1", function=function, file="/" + "s" * 5000, line=3)]
+            line(type="leaks", t=600, total_bytes=8, total_count=1,
+                 sites=[dict(site=1, device=0, tag=tag, bytes=8, count=1, frames=frames)])
+            line(type="end", t=700, reason="exit", dropped=0, devices=[], misuse={misuse_key: 1})
+        size = os.path.getsize(log)
+        self.assertGreater(size, 3 << 20, "the log is meant to be a few MB")
+        r, page, data = self.render(log)
+        self.assertIn("0 lines skipped", r.stdout.decode())
+        # Each cut string is its first 256 bytes, an ellipsis and its length.
+        summary = {o["name"]: o["calls"] for o in data["op_summary"]}
+        self.assertEqual(summary, {cut(n): 1 for n in names + [wide, exact]})
+        self.assertTrue(cut(names[3]).endswith("n\u2026 (20007 bytes)"))
+        self.assertEqual(cut(wide), "\u00e9" * 128 + "\u2026 (600 bytes)")
+        self.assertIn(exact, summary)
+        self.assertEqual(sorted(o["name"] for o in data["ops"]), sorted(summary))
+        self.assertEqual(data["run"]["program"], cut(program))
+        self.assertEqual(data["threads"][0]["name"], cut(thread))
+        self.assertEqual(data["devices"][0]["name"], cut("d" * 5000))
+        self.assertEqual(data["alerts"][0]["message"], cut("m" * 6000))
+        self.assertEqual(data["alerts"][0]["name"], cut(names[0]))
+        leak = data["leaks"]["sites"][0]
+        self.assertEqual((leak["tag"], leak["frames"][0]["function"]), (cut(tag), cut(function)))
+        self.assertEqual(data["end"]["misuse"], {cut(misuse_key): 1})
+        # The page grows with the number of names, not their length: about 162 names of at most
+        # 256 bytes, each written twice (table and band), plus the fixed page.
+        fixed = len(run(os.path.join(DATA, "start_only.jsonl"), "-o", "-").stdout)
+        self.assertLess(len(page.encode("utf-8")), fixed + 2 * 162 * 600 + 64 * 1024, "page of %d bytes" % len(page))
 
     # ---- usage and failures --------------------------------------------------------------------
 
