@@ -3,6 +3,7 @@
 #include "ledger/ledger_state.hpp"
 
 #include "ledger/clock.hpp"
+#include "util/immovable.hpp"
 
 #include <new>
 
@@ -40,12 +41,8 @@ void forget_parent_in_forked_child() noexcept {
 // Gives the thread's block back when the thread ends. Its own thread_local, apart from
 // thread_state: thread_state must stay trivially destructible, because frees may still be recorded
 // while a thread's other thread_locals are destroyed; those go to the fallback block.
-struct counts_owner {
+struct counts_owner : immovable {
   counts_owner() = default;
-  counts_owner(const counts_owner&) = delete;
-  counts_owner& operator=(const counts_owner&) = delete;
-  counts_owner(counts_owner&&) = delete;
-  counts_owner& operator=(counts_owner&&) = delete;
   ~counts_owner() {
     thread_state& mine = this_thread_state();
     if (mine.counts != nullptr && !mine.counts->shared) {

@@ -3,6 +3,7 @@
 #include "ledger/stacks.hpp"
 
 #include "util/addr2line.hpp"
+#include "util/immovable.hpp"
 #include "util/program_path.hpp"
 
 #include <boost/stacktrace/frame.hpp>
@@ -189,12 +190,8 @@ struct stack_cache {
 stack_cache* const cache_gone = reinterpret_cast<stack_cache*>(std::uintptr_t{1});  // NOLINT(performance-no-int-to-ptr)
 thread_local stack_cache* this_thread_cache = nullptr;
 
-struct cache_owner {
+struct cache_owner : immovable {
   cache_owner() = default;
-  cache_owner(const cache_owner&) = delete;
-  cache_owner& operator=(const cache_owner&) = delete;
-  cache_owner(cache_owner&&) = delete;
-  cache_owner& operator=(cache_owner&&) = delete;
   ~cache_owner() {
     if (this_thread_cache != cache_gone) { delete this_thread_cache; }
     this_thread_cache = cache_gone;

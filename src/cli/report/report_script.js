@@ -951,19 +951,21 @@
     if (rows.length) { sortBy(current); }
   })();
 
+  // A table's rows for a list of sites, largest first: the rank, then the cells `cellsOf` makes.
+  function rankedRows(list, cellsOf) {
+    return (list || []).map(function (item, i) {
+      var r = el('tr');
+      r.appendChild(td(String(i + 1), 'num rank'));
+      cellsOf(item).forEach(function (cell) { r.appendChild(cell); });
+      return r;
+    });
+  }
+
   (function sites() {
     var s = data.sites;
-    var rows = [];
-    if (s) {
-      rows = s.sites.map(function (site, i) {
-        var r = el('tr');
-        r.appendChild(td(String(i + 1), 'num rank'));
-        r.appendChild(td(fmtBytes(site.bytes), 'num'));
-        r.appendChild(td(fmtInt(site.allocs), 'num'));
-        r.appendChild(framesCell(site.frames));
-        return r;
-      });
-    }
+    var rows = rankedRows(s && s.sites, function (site) {
+      return [td(fmtBytes(site.bytes), 'num'), td(fmtInt(site.allocs), 'num'), framesCell(site.frames)];
+    });
     table('top-sites', [{ label: '#', num: true }, { label: 'Allocated', num: true }, { label: 'Allocations', num: true },
                         { label: 'Allocation site (innermost frame first)' }], rows,
       s ? 'The sites line lists no site.' : 'No sites line in the log: stacks were off (stacks=off), or the process did not exit normally.',
@@ -974,19 +976,11 @@
 
   (function leaksTable() {
     var l = data.leaks;
-    var rows = [];
-    if (l) {
-      rows = l.sites.map(function (site, i) {
-        var r = el('tr');
-        r.appendChild(td(String(i + 1), 'num rank'));
-        r.appendChild(td(fmtBytes(site.bytes), 'num bad'));
-        r.appendChild(td(fmtInt(site.count), 'num'));
-        r.appendChild(td(deviceLabel(site.device), 'nowrap'));
-        r.appendChild(td(site.tag ? el('span', { 'class': 'tag', text: site.tag }) : el('span', { 'class': 'dim', text: '\u2013' })));
-        r.appendChild(framesCell(site.frames));
-        return r;
-      });
-    }
+    var rows = rankedRows(l && l.sites, function (site) {
+      return [td(fmtBytes(site.bytes), 'num bad'), td(fmtInt(site.count), 'num'), td(deviceLabel(site.device), 'nowrap'),
+              td(site.tag ? el('span', { 'class': 'tag', text: site.tag }) : el('span', { 'class': 'dim', text: '\u2013' })),
+              framesCell(site.frames)];
+    });
     var note = '';
     if (l) {
       note = l.total_count ? fmtBytes(l.total_bytes) + ' in ' + plural(l.total_count, 'allocation') + ' still live at exit, from ' +
