@@ -3,7 +3,8 @@
 # usage: scripts/deps.sh demo|test|sanitize|lint [VENV]
 #   demo  the build tools and Boost.Stacktrace's headers: what scripts/demo.sh needs (Debian)
 #   test  the demo's, plus GoogleTest, Google Benchmark, headless chromium for the report's browser
-#         test (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (3.9 GB
+#         test, Prometheus with node_exporter and Slurm with munge for the cluster tests, which
+#         start them on loopback (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (3.9 GB
 #         installed, with the CUDA libraries it pulls in) for the LibTorch adapter and the Python
 #         process tests
 #   sanitize  what scripts/sanitize.sh builds and runs: the demo's, GoogleTest, and jsonschema and
@@ -21,7 +22,8 @@ venv=${2:-"$root/build/venv"}
 base=(cmake ninja-build g++ python3 libboost-stacktrace-dev nlohmann-json3-dev libcli11-dev)
 case "$profile" in
   demo) packages=("${base[@]}"); modules=() ;;
-  test) packages=("${base[@]}" libgtest-dev libgmock-dev libbenchmark-dev chromium fonts-dejavu-core)
+  test) packages=("${base[@]}" libgtest-dev libgmock-dev libbenchmark-dev chromium fonts-dejavu-core
+                  prometheus prometheus-node-exporter slurm-wlm munge)
         # prometheus-client's text parser and jsonschema check gpuguard's outputs (the tests fall
         # back to structural checks without them, and say so); torch (the GPU machine's version)
         # builds the LibTorch adapter and runs the real PyTorch DataLoader job of cli.run.torch.

@@ -5,7 +5,7 @@ docs/formats.md ("After SIGKILL or a crash").
 
 - The event log: every line that ends with a newline is one JSON object (the first a `start`); only
   a last line without its newline may be cut, and `gpuguard report` reads the log with that line
-  skipped as truncated (exit status 0).
+  skipped and named as cut (exit status 0).
 - The trace: empty (killed before the first write), or `[` and then one event a line, from the
   second on led by a comma, and `]` last when the process finished; only a last line without its
   newline may be cut. Those lines, the cut one dropped and a `]` added where it is missing, are a
@@ -163,7 +163,9 @@ check(result.returncode == 0 and os.path.exists(html), "gpuguard report reads a 
       f"status {result.returncode}: {summary[-600:]}")
 check(f"{len(lines)} lines read" in summary and f"{len(lines) - 1} events used" in summary and "1 lines skipped" in summary,
       "gpuguard report uses every whole line and skips the cut one", summary[-600:])
+check("the last line was cut: the process ended while writing it" in summary,
+      "gpuguard report's summary names the cut last line", summary[-600:])
 with open(html, encoding="utf-8", errors="replace") as f:
-    check("truncated last line" in f.read(), "the page names the cut line as truncated")
+    check("the last line was cut (the process ended while writing it)" in f.read(), "the page names the cut line")
 
 finish("core.outputs.kill", f"({done} trials)")
