@@ -201,6 +201,7 @@ constexpr key_entry keys[] = {
     make_key<string_key<&options::trace_file>>("trace_file", "path of the Chrome trace-event JSON; empty = none"),
     make_key<string_key<&options::prometheus_file>>("prometheus_file", "path of the Prometheus textfile; empty = none"),
     make_key<integer_key<&options::prometheus_interval_ms, 100, 3600000>>("prometheus_interval_ms", "how often the Prometheus file is rewritten"),
+    make_key<string_key<&options::prometheus_job>>("prometheus_job", "the job_id label of the Prometheus file; empty = $SLURM_JOB_ID where set, else none"),
     make_key<bool_key<&options::nvtx>>("nvtx", "an NVTX range per operation scope"),
     make_key<integer_key<&options::sample_ms, 1, 60000>>("sample_ms", "memory sampling period of the writer thread"),
     make_key<bool_key<&options::op_device_query>>("op_device_query", "cudaMemGetInfo before and after each operation scope"),

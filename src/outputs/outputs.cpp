@@ -618,7 +618,7 @@ void start_outputs(const options& opts) noexcept {
       std::string error;
       auto s = detail::make_prometheus_sink(detail::expand_path(opts.prometheus_file),
                                             static_cast<std::int64_t>(opts.prometheus_interval_ms) * ms,
-                                            report_sink_failure, &error);
+                                            opts.prometheus_job, report_sink_failure, &error);
       if (s != nullptr) {
         st.sinks.push_back(std::move(s));
       } else {

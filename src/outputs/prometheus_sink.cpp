@@ -1,28 +1,62 @@
 // The Prometheus textfile sink (prometheus_file): the counters and gauges rewritten whole every
-// prometheus_interval_ms, for node_exporter's textfile collector. Format: docs/formats.md.
+// prometheus_interval_ms, for node_exporter's textfile collector. Every sample names the process
+// (pid) and, where known, the job (job_id: prometheus_job, else $SLURM_JOB_ID), so that a query
+// can sum one job over its nodes; every per-device sample names the device by its CUDA index and
+// its GPU's UUID (NVML). The node is the scrape target's. Format: docs/outputs.md, docs/formats.md.
 #include "outputs/output_file.hpp"
 #include "outputs/sinks.hpp"
 
 #include "util/format.hpp"
 #include "tracking/report_json.hpp"
 #include "util/file.hpp"
+#include "util/nvml.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <string_view>
+
+#include <cuda_runtime_api.h>
 
 namespace gpuguard::detail {
 
 namespace {
 
+// The labels every sample carries: pid="PID", and job_id="JOB" where `job` (prometheus_job) or
+// else $SLURM_JOB_ID names the job; without either, no job_id label.
+std::string process_labels(const std::string& job) {
+  std::string labels = "pid=\"" + std::to_string(::getpid()) + '"';
+  const char* slurm = std::getenv("SLURM_JOB_ID");
+  const std::string_view id = !job.empty() ? std::string_view(job) : slurm != nullptr ? std::string_view(slurm) : "";
+  if (!id.empty()) {
+    labels += ",job_id=\"";
+    append_prometheus_label_value(labels, id);
+    labels += '"';
+  }
+  return labels;
+}
+
+// The UUID of CUDA device `device` (its GPU's, under MIG) through NVML, "" where unknown: no
+// CUDA device of that index, or NVML cannot say. Host memory (-1) has none.
+std::string cuda_device_uuid(int device) {
+  std::array<char, 32> bus{};
+  if (device < 0 || cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // not sticky, but leave no error behind for the program
+    return "";
+  }
+  return util::nvml_uuid_of_bus(bus.data());
+}
+
 // ---- Prometheus textfile ------------------------------------------------------------------------
 
 class prometheus_sink final : public sink {
  public:
-  prometheus_sink(std::string path, std::int64_t interval_ns, failure_reporter report)
-      : path_(std::move(path)), interval_ns_(interval_ns), report_(report), pid_(std::to_string(::getpid())) {}
+  prometheus_sink(std::string path, std::int64_t interval_ns, failure_reporter report, const std::string& job)
+      : path_(std::move(path)), interval_ns_(interval_ns), report_(report), labels_(process_labels(job)) {}
 
   bool open(std::string* error) {
     std::string failure;
@@ -43,12 +77,10 @@ class prometheus_sink final : public sink {
 
  private:
   void header(const char* name, const char* type, const char* help) { append_prometheus_family(text_, name, type, help); }
+  // A sample with the process's labels, then `label`="`value`" (none when `label` is null).
   template <class Number>
   void sample(const char* name, const char* label, std::string_view value, Number number) {
-    text_ += name;
-    text_ += "{pid=\"";
-    text_ += pid_;
-    text_ += '"';
+    open_sample(name);
     if (label != nullptr) {
       text_ += ',';
       text_ += label;
@@ -56,6 +88,26 @@ class prometheus_sink final : public sink {
       append_prometheus_label_value(text_, value);
       text_ += '"';
     }
+    close_sample(number);
+  }
+
+  // A sample of device `device`: the process's labels, then device="N",uuid="UUID".
+  template <class Number>
+  void device_sample(const char* name, int device, Number number) {
+    open_sample(name);
+    text_ += ',';
+    append_prometheus_device_labels(text_, device, uuid_of(device));
+    close_sample(number);
+  }
+
+  void open_sample(const char* name) {
+    text_ += name;
+    text_ += '{';
+    text_ += labels_;
+  }
+
+  template <class Number>
+  void close_sample(Number number) {
     text_ += "} ";
     if constexpr (std::is_floating_point_v<Number>) {
       char digits[40];
@@ -69,6 +121,13 @@ class prometheus_sink final : public sink {
     text_ += '\n';
   }
 
+  // NVML's UUID of a device, asked once per device: a GPU's identity does not change in a run.
+  const std::string& uuid_of(int device) {
+    auto it = uuids_.find(device);
+    if (it == uuids_.end()) { it = uuids_.emplace(device, cuda_device_uuid(device)).first; }
+    return it->second;
+  }
+
   void write(const run_totals& totals) {
     if (failed_) { return; }
     text_.clear();
@@ -76,7 +135,7 @@ class prometheus_sink final : public sink {
     const auto per_device = [&](const char* name, const char* type, const char* help, auto value) {
       header(name, type, help);
       for (const auto& [device, c] : snap.devices) {
-        sample(name, "device", std::to_string(device), value(c));
+        device_sample(name, device, value(c));
       }
     };
     per_device("gpuguard_live_bytes", "gauge", "Bytes the ledger holds live, per device (-1: host memory).",
@@ -95,11 +154,11 @@ class prometheus_sink final : public sink {
     if (any_queried) {
       header("gpuguard_device_used_bytes", "gauge", "Device memory in use by every process (cudaMemGetInfo's figure) at the last sample.");
       for (const mem_sample& s : totals.last_samples) {
-        if (s.queried) { sample("gpuguard_device_used_bytes", "device", std::to_string(s.device), static_cast<std::uint64_t>(s.used_bytes)); }
+        if (s.queried) { device_sample("gpuguard_device_used_bytes", s.device, static_cast<std::uint64_t>(s.used_bytes)); }
       }
       header("gpuguard_device_total_bytes", "gauge", "Device memory in all (cudaMemGetInfo's figure).");
       for (const mem_sample& s : totals.last_samples) {
-        if (s.queried) { sample("gpuguard_device_total_bytes", "device", std::to_string(s.device), static_cast<std::uint64_t>(s.total_bytes)); }
+        if (s.queried) { device_sample("gpuguard_device_total_bytes", s.device, static_cast<std::uint64_t>(s.total_bytes)); }
       }
     }
 
@@ -144,7 +203,8 @@ class prometheus_sink final : public sink {
   std::string path_;
   std::int64_t interval_ns_;
   failure_reporter report_;
-  std::string pid_;
+  std::string labels_;                     // pid="...", and job_id="..." where known
+  std::map<int, std::string> uuids_;       // device -> NVML's UUID ("" unknown)
   std::string text_;
   std::int64_t last_write_ns_ = 0;
   bool failed_ = false;
@@ -152,9 +212,9 @@ class prometheus_sink final : public sink {
 
 }  // namespace
 
-std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns,
+std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns, const std::string& job,
                                            failure_reporter report, std::string* error) {
-  return opened(std::make_unique<prometheus_sink>(path, interval_ns, report), error);
+  return opened(std::make_unique<prometheus_sink>(path, interval_ns, report, job), error);
 }
 
 }  // namespace gpuguard::detail

@@ -119,7 +119,8 @@ class sink {
 std::unique_ptr<sink> make_text_sink(const std::string& where, failure_reporter report, std::string* error);
 std::unique_ptr<sink> make_jsonl_sink(const std::string& path, failure_reporter report, std::string* error);
 std::unique_ptr<sink> make_trace_sink(const std::string& path, failure_reporter report, std::string* error);
-std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns,
+/// The Prometheus file names the job `job` (prometheus_job), else $SLURM_JOB_ID where set.
+std::unique_ptr<sink> make_prometheus_sink(const std::string& path, std::int64_t interval_ns, const std::string& job,
                                            failure_reporter report, std::string* error);
 
 /// How an op's device figures are keyed: the event log's `op` line names the device and its

@@ -180,5 +180,13 @@ void append_prometheus_label_value(std::string& out, std::string_view value) {
   }
 }
 
+void append_prometheus_device_labels(std::string& out, long long index, std::string_view uuid) {
+  out += "device=\"";
+  out += std::to_string(index);
+  out += "\",uuid=\"";
+  append_prometheus_label_value(out, index < 0 ? std::string_view("host") : uuid.empty() ? std::string_view("unknown") : uuid);
+  out += '"';
+}
+
 
 }  // namespace gpuguard::detail

@@ -43,5 +43,10 @@ bool parse_hex(std::string_view text, std::uint64_t& out);
 /// double quote and newline escaped (without the quotes around it).
 void append_prometheus_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 void append_prometheus_label_value(std::string& out, std::string_view value);
+/// The labels that name a device in both Prometheus files: `device="INDEX",uuid="UUID"`, UUID
+/// "unknown" where it is "" (NVML could not say) and "host" for the index -1 (host memory). The
+/// index is the writer's (NVML's for the doctor, CUDA's for the library); the UUID is the same
+/// GPU's in both.
+void append_prometheus_device_labels(std::string& out, long long index, std::string_view uuid);
 
 }  // namespace gpuguard::detail

@@ -41,6 +41,7 @@ nvml_api resolve_api(void* library) noexcept {
   resolve(library, a.device_by_bus, "nvmlDeviceGetHandleByPciBusId_v2");
   resolve(library, a.device_name, "nvmlDeviceGetName");
   resolve(library, a.device_minor, "nvmlDeviceGetMinorNumber");
+  resolve(library, a.device_uuid, "nvmlDeviceGetUUID");
   resolve(library, a.memory_v1, "nvmlDeviceGetMemoryInfo");
   resolve(library, a.memory_v2, "nvmlDeviceGetMemoryInfo_v2");
   resolve(library, a.mig_mode, "nvmlDeviceGetMigMode");
@@ -139,6 +140,15 @@ std::string nvml_library::driver_version() const {
   return buffer.data();
 }
 
+std::string nvml_uuid(const nvml_api& api, nvml_abi::device_handle device) {
+  std::array<char, abi::uuid_buffer_size> buffer{};
+  if (api.device_uuid == nullptr || device == nullptr || api.device_uuid(device, buffer.data(), buffer.size()) != abi::success) {
+    return "";
+  }
+  buffer.back() = '\0';
+  return buffer.data();
+}
+
 // ---- the process-wide instance ------------------------------------------------------------------
 
 namespace {
@@ -185,6 +195,8 @@ bool nvml_memory(nvml_abi::device_handle device, std::uint64_t& used, std::uint6
   used = total - m.free;
   return true;
 }
+
+std::string nvml_uuid_of_bus(const char* bus_id) { return nvml_uuid(process_nvml(), nvml_device(bus_id)); }
 
 long long nvml_process_used(nvml_abi::device_handle device, int pid) noexcept {
   const nvml_api& a = process_nvml();

@@ -39,6 +39,7 @@ struct nvml_api {
   return_code (*device_by_bus)(const char*, device_handle*) = nullptr;     ///< nvmlDeviceGetHandleByPciBusId_v2
   return_code (*device_name)(device_handle, char*, unsigned int) = nullptr;  ///< nvmlDeviceGetName
   return_code (*device_minor)(device_handle, unsigned int*) = nullptr;       ///< nvmlDeviceGetMinorNumber
+  return_code (*device_uuid)(device_handle, char*, unsigned int) = nullptr;  ///< nvmlDeviceGetUUID
   return_code (*memory_v1)(device_handle, nvml_abi::memory_v1*) = nullptr;  ///< nvmlDeviceGetMemoryInfo
   return_code (*memory_v2)(device_handle, nvml_abi::memory_v2*) = nullptr;  ///< nvmlDeviceGetMemoryInfo_v2
   return_code (*mig_mode)(device_handle, unsigned int*, unsigned int*) = nullptr;  ///< nvmlDeviceGetMigMode
@@ -105,6 +106,11 @@ static_assert(!std::is_copy_constructible_v<nvml_library> && std::is_nothrow_mov
                   std::is_nothrow_move_assignable_v<nvml_library>,
               "nvml_library owns the loaded library: move-only");
 
+/// The device's UUID as NVML spells it ("GPU-5f3e1c2a-..."), through `api` (an nvml_library's, or
+/// the process-wide instance's): the one identity of a GPU that stays the same whatever
+/// CUDA_VISIBLE_DEVICES renumbers. "" where the library lacks nvmlDeviceGetUUID or the call fails.
+std::string nvml_uuid(const nvml_api& api, nvml_abi::device_handle device);
+
 // ---- the process-wide instance, for the core and the interposer -------------------------------
 // Loaded on first use from nvml_library_name() (it needs nvmlDeviceGetHandleByPciBusId_v2), never
 // unloaded: the writer thread may still sample while the process exits.
@@ -122,6 +128,11 @@ bool nvml_mig_enabled(nvml_abi::device_handle device) noexcept;
 /// cannot say, or has only the older call (whose total includes the reserve); `used` and `total`
 /// are then left as they were.
 bool nvml_memory(nvml_abi::device_handle device, std::uint64_t& used, std::uint64_t& total) noexcept;
+
+/// The UUID of the GPU at PCI bus id `bus_id` (as nvml_uuid above, through the process-wide
+/// instance): "" where NVML is missing, cannot start, or does not know the id or its UUID. A CUDA
+/// device of a MIG instance has its GPU's bus id, so this is the whole GPU's UUID.
+std::string nvml_uuid_of_bus(const char* bus_id);
 
 /// The bytes process `pid` uses on `device`, 0 if it uses none, -1 where NVML cannot say.
 long long nvml_process_used(nvml_abi::device_handle device, int pid) noexcept;

@@ -11,6 +11,9 @@ constexpr return_code error_not_supported = 3;
 constexpr return_code error_insufficient_size = 7;
 using device_handle = struct device_st*;  // nvmlDevice_t
 constexpr unsigned long long value_not_available = ~0ULL;
+/// NVML_DEVICE_UUID_V2_BUFFER_SIZE: room for any UUID nvmlDeviceGetUUID writes ("GPU-" and 36
+/// characters today, "MIG-..." for an instance), with its terminating NUL.
+constexpr unsigned uuid_buffer_size = 96;
 
 struct memory_v1 {  // nvmlMemory_t: `used` includes what the driver reserves
   unsigned long long total;

@@ -11,8 +11,12 @@
 //   process DEVICE PID BYTES|na                     a compute process on device DEVICE (0-based)
 //   mig DEVICE 0|1                                  device DEVICE (0-based) supports MIG, which is
 //                                                   off (0) or on (1); other devices do not
+//   uuid DEVICE UUID|error                          nvmlDeviceGetUUID of device DEVICE (0-based)
+//                                                   answers UUID, or fails (error)
 //
-// A device's PCI bus id is 00000000:MM:00.0, MM its minor number in two hex digits (upper case).
+// A device's PCI bus id is 00000000:MM:00.0, MM its minor number in two hex digits (upper case);
+// its UUID, unless a "uuid" line says otherwise, GPU-fa4e0000-0000-4000-8000-00000000MMMM, MMMM
+// its minor number in four hex digits (lower case).
 //
 // Every process-list call that does not give room for all processes answers INSUFFICIENT_SIZE
 // with the count needed, as NVML does; the number of such answers is what the doctor had to retry.
@@ -67,7 +71,8 @@ struct fake_device {
   std::size_t next_used = 0;
   std::string name;
   std::vector<process_info> processes;
-  int mig = -1;  // -1: no MIG support; else its current mode
+  int mig = -1;       // -1: no MIG support; else its current mode
+  std::string uuid;   // "" when nvmlDeviceGetUUID fails
 };
 
 struct fake_state {
@@ -110,6 +115,9 @@ bool load_spec() {
       std::string v;
       while (std::getline(values, v, ',')) { d.used.push_back(std::stoull(v)); }
       std::getline(words >> std::ws, d.name);
+      char uuid[64];
+      std::snprintf(uuid, sizeof uuid, "GPU-fa4e0000-0000-4000-8000-00000000%04x", d.minor);
+      d.uuid = uuid;
       if (s.devices.size() < positions.size()) { d.next_used = positions[s.devices.size()]; }
       s.devices.push_back(d);
     } else if (kind == "mig") {
@@ -118,6 +126,12 @@ bool load_spec() {
       words >> device >> mode;
       if (device >= s.devices.size()) { return false; }
       s.devices[device].mig = mode;
+    } else if (kind == "uuid") {
+      std::size_t device = 0;
+      std::string uuid;
+      words >> device >> uuid;
+      if (device >= s.devices.size()) { return false; }
+      s.devices[device].uuid = uuid == "error" ? "" : uuid;
     } else if (kind == "process") {
       std::size_t device = 0;
       unsigned pid = 0;
@@ -216,6 +230,15 @@ FAKE_NVML_API int nvmlDeviceGetName(void* handle, char* name, unsigned int lengt
   if (d == nullptr || name == nullptr) { return error_invalid_argument; }
   if (length <= d->name.size()) { return error_insufficient_size; }
   std::memcpy(name, d->name.c_str(), d->name.size() + 1);
+  return success;
+}
+
+FAKE_NVML_API int nvmlDeviceGetUUID(void* handle, char* uuid, unsigned int length) {
+  const fake_device* d = device_of(handle);
+  if (d == nullptr || uuid == nullptr) { return error_invalid_argument; }
+  if (d->uuid.empty()) { return error_not_supported; }
+  if (length <= d->uuid.size()) { return error_insufficient_size; }
+  std::memcpy(uuid, d->uuid.c_str(), d->uuid.size() + 1);
   return success;
 }
 

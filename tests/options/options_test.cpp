@@ -52,6 +52,7 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.trace_file, defaults.trace_file);
   EXPECT_EQ(parsed.values.prometheus_file, defaults.prometheus_file);
   EXPECT_EQ(parsed.values.prometheus_interval_ms, defaults.prometheus_interval_ms);
+  EXPECT_EQ(parsed.values.prometheus_job, defaults.prometheus_job);
   EXPECT_EQ(parsed.values.nvtx, defaults.nvtx);
   EXPECT_EQ(parsed.values.sample_ms, defaults.sample_ms);
   EXPECT_EQ(parsed.values.op_device_query, defaults.op_device_query);
@@ -93,6 +94,7 @@ TEST(options, defaults) {
   EXPECT_EQ(o.trace_file, "");
   EXPECT_EQ(o.prometheus_file, "");
   EXPECT_EQ(o.prometheus_interval_ms, 10000U);
+  EXPECT_EQ(o.prometheus_job, "");
   EXPECT_TRUE(o.nvtx);
   EXPECT_EQ(o.sample_ms, 50U);
   EXPECT_FALSE(o.op_device_query);
@@ -130,6 +132,12 @@ TEST(options, output_paths) {
   EXPECT_EQ(o.prometheus_file, "/var/lib/node_exporter/gpuguard.prom");
   EXPECT_EQ(parse_ok("text_log=off").text_log, "off");
   EXPECT_EQ(parse_ok("text_log=stdout").text_log, "stdout");
+}
+
+TEST(options, prometheus_job_is_any_text_escaped_only_when_written) {
+  EXPECT_EQ(parse_ok("prometheus_job=llm-7b \"sweep\" #3").prometheus_job, "llm-7b \"sweep\" #3");
+  EXPECT_EQ(parse_ok("prometheus_job=a=b").prometheus_job, "a=b");
+  EXPECT_EQ(parse_ok("prometheus_job=x:prometheus_job=").prometheus_job, "") << "empty: back to $SLURM_JOB_ID";
 }
 
 TEST(options, output_integers_and_booleans) {

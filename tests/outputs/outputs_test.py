@@ -19,10 +19,15 @@ CHILD, ROOT = sys.argv[1], sys.argv[2]
 SCHEMAS = os.path.join(ROOT, "docs", "schemas")
 SOURCE = os.path.join(ROOT, "tests", "outputs", "ops_child.cpp")
 MIB = 1024 * 1024
+# A job name that needs the text format's escapes: a double quote, a backslash, a newline.
+JOB = 'llm "7b"\\ run\n2'
 
 
-def run(mode, options, timeout=60, args=()):
-    env = dict(os.environ, GPUGUARD_OPTIONS=options)
+def run(mode, options, timeout=60, args=(), env_extra=None):
+    # The Prometheus file's job_id comes from $SLURM_JOB_ID where prometheus_job is not set: none
+    # unless a case sets it, whether or not this test itself runs under Slurm.
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    env.update(GPUGUARD_OPTIONS=options, **(env_extra or {}))
     return subprocess.run([CHILD, mode, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -43,6 +48,7 @@ options = ":".join([
     "alert_fraction=0.5", "alert_hysteresis=0.05", "alert_op_growth=2M",
     "jsonl_log=" + paths["events.jsonl"], "trace_file=" + paths["trace.json"],
     "prometheus_file=" + paths["metrics.prom"], "text_log=" + paths["ops.txt"],
+    "prometheus_job=" + JOB,
 ])
 result = run("workload", options)
 check(result.returncode == 0, "workload exit status %d" % result.returncode, result.stderr)
@@ -184,13 +190,16 @@ for line in prom.splitlines():
         key, value = line.rsplit(" ", 1)
         samples[key] = float(value)
 pid = events[0]["pid"] if events else 0
+JOB_LABEL = 'job_id="%s"' % JOB.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 def sample(name, **labels):
-    inner = ",".join(['pid="%d"' % pid] + ['%s="%s"' % kv for kv in labels.items()])
+    inner = ",".join(['pid="%d"' % pid, JOB_LABEL] + ['%s="%s"' % kv for kv in labels.items()])
     return samples.get("%s{%s}" % (name, inner))
 check(sample("gpuguard_op_calls_total", op="forward") == 3, "forward was called 3 times", prom)
 check(sample("gpuguard_op_allocated_bytes_total", op="train_step") == 18 * MIB, "train_step allocated 18 MiB")
 check(sample("gpuguard_op_exceptions_total", op="failing_step") == 1, "one exception in failing_step")
-check(sample("gpuguard_live_bytes", device="-1") == 3 * MIB, "3 MiB live at the end")
+check(sample("gpuguard_live_bytes", device="-1", uuid="host") == 3 * MIB, "3 MiB live at the end", prom)
+check(all(JOB_LABEL in line for line in prom.splitlines() if line and not line.startswith("#")),
+      "every sample names the job, escaped", prom)
 check(sample("gpuguard_alerts_total", kind="op_growth") == 1, "one op_growth alert counted")
 check(sample("gpuguard_events_dropped_total") == 0, "no drops counted")
 try:
@@ -200,6 +209,9 @@ try:
           "prometheus-client parses the gauge", list(families))
     check("gpuguard_op_calls" in families and families["gpuguard_op_calls"].type == "counter",
           "prometheus-client parses the counter family", list(families))
+    live = families["gpuguard_live_bytes"].samples if "gpuguard_live_bytes" in families else []
+    check([s.labels for s in live] == [{"pid": str(pid), "job_id": JOB, "device": "-1", "uuid": "host"}],
+          "prometheus-client reads the job's name back, unescaped, and host memory's device labels", live)
 except ImportError:
     print("note: prometheus-client is not installed here; its parser did not run")
 
@@ -373,6 +385,19 @@ result = run("plain", "device=host:text_log=off:jsonl_log=/dev/full")
 check(result.returncode == 0, "a full disk does not change the exit status", result.stderr)
 check(result.stderr.count("jsonl_log: cannot write '/dev/full': No space left on device; this output is off from now on") == 1,
       "a write failure is reported once", result.stderr)
+
+# The job's label: prometheus_job, else $SLURM_JOB_ID, else none.
+prom = os.path.join(tmp, "job.prom")
+for options, slurm, expect in (("", None, None), ("", "4242", "4242"), (":prometheus_job=sweep-3", "4242", "sweep-3"),
+                               (":prometheus_job=", "4242", "4242")):
+    result = run("plain", "device=host:text_log=off:prometheus_file=" + prom + options,
+                 env_extra={"SLURM_JOB_ID": slurm} if slurm else None)
+    check(result.returncode == 0, "plain run with job %r exits 0" % expect, result.stderr)
+    with open(prom) as f:
+        lines = [l for l in f.read().splitlines() if l and not l.startswith("#")]
+    job_ids = {re.search(r'job_id="([^"]*)"', l).group(1) if "job_id=" in l else None for l in lines}
+    check(lines and job_ids == {expect}, "options %r with SLURM_JOB_ID=%s: job_id %r on every sample" %
+          (options, slurm, expect), lines)
 
 # fork(): the child's exit handlers do not write into the parent's files.
 jsonl = os.path.join(tmp, "fork.jsonl")

@@ -1,7 +1,7 @@
 // util/nvml against the tests' stand-in for libnvidia-ml.so.1 (tests/cli/fake_nvml.cpp), on any
 // machine: the library it loads, the handle by bus id, the _v2 memory call's version and
-// arithmetic (cudaMemGetInfo's total and used, without the driver's reserve), MIG, and a process's
-// bytes; then the loader itself (nvml_library), as the CLI opens it: what it resolves, the driver's
+// arithmetic (cudaMemGetInfo's total and used, without the driver's reserve), MIG, a process's
+// bytes and a device's UUID; then the loader itself (nvml_library), as the CLI opens it: what it resolves, the driver's
 // version, and each way it fails. Its own executable: NVML is loaded once per process, and this one
 // loads the stand-in. The stand-in's state is global, so the loader's tests come after the
 // process-wide instance's, and use none of its handles.
@@ -42,7 +42,10 @@ TEST(nvml_fake, answers_by_bus_id_with_cudas_figures_mig_and_a_processes_bytes) 
     std::ofstream out(spec);
     out << "device 0 1000000 100 300,400 Fake Zero\n"
         << "device 3 2000000 0 500 Fake Three\n"
+        << "device 5 1000 0 0 Fake Five\n"
         << "mig 1 1\n"
+        << "uuid 1 GPU-3b6f0c1e-aaaa-bbbb-cccc-0123456789ab\n"
+        << "uuid 2 error\n"
         << "process 0 4242 123\n";
   }
   ASSERT_EQ(::setenv("GPUGUARD_NVML_LIBRARY", GPUGUARD_FAKE_NVML_PATH, 1), 0);
@@ -75,6 +78,14 @@ TEST(nvml_fake, answers_by_bus_id_with_cudas_figures_mig_and_a_processes_bytes) 
   EXPECT_EQ(gpuguard::util::nvml_process_used(zero, 4242), 123);
   EXPECT_EQ(gpuguard::util::nvml_process_used(zero, 1), 0);
   EXPECT_EQ(gpuguard::util::nvml_process_used(three, 4242), 0);
+
+  // UUIDs by bus id: the stand-in's default, a spec's own, none where nvmlDeviceGetUUID fails or
+  // the bus id is unknown.
+  EXPECT_EQ(gpuguard::util::nvml_uuid_of_bus("00000000:00:00.0"), "GPU-fa4e0000-0000-4000-8000-000000000000");
+  EXPECT_EQ(gpuguard::util::nvml_uuid_of_bus("00000000:03:00.0"), "GPU-3b6f0c1e-aaaa-bbbb-cccc-0123456789ab");
+  EXPECT_EQ(gpuguard::util::nvml_uuid_of_bus("00000000:05:00.0"), "");
+  EXPECT_EQ(gpuguard::util::nvml_uuid_of_bus("00000000:07:00.0"), "");
+  EXPECT_EQ(gpuguard::util::nvml_uuid_of_bus(nullptr), "");
   std::filesystem::remove(spec);
 }
 
@@ -94,6 +105,11 @@ TEST(nvml_library, resolves_the_entry_points_the_library_has_and_reads_the_drive
   unsigned int count = 0;
   ASSERT_EQ(api.device_count(&count), gpuguard::util::nvml_abi::success);
   EXPECT_EQ(count, 1U);
+  gpuguard::util::nvml_abi::device_handle device = nullptr;
+  ASSERT_EQ(api.device_by_index(0, &device), gpuguard::util::nvml_abi::success);
+  EXPECT_EQ(gpuguard::util::nvml_uuid(api, device), "GPU-fa4e0000-0000-4000-8000-000000000000");
+  EXPECT_EQ(gpuguard::util::nvml_uuid(api, nullptr), "");
+  EXPECT_EQ(gpuguard::util::nvml_uuid(nvml_api{}, device), "") << "a library without nvmlDeviceGetUUID";
   EXPECT_EQ(nvml.error_text("nvmlDeviceGetCount_v2", gpuguard::util::nvml_abi::error_insufficient_size),
             "nvmlDeviceGetCount_v2: Insufficient Size");
 

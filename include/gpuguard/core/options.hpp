@@ -62,6 +62,7 @@ struct options {
   std::string trace_file;                ///< key `trace_file`: Chrome trace-event JSON path ("" = none)
   std::string prometheus_file;           ///< key `prometheus_file`: Prometheus textfile path ("" = none)
   std::uint32_t prometheus_interval_ms = 10000;  ///< key `prometheus_interval_ms`: rewrite period (100..3600000)
+  std::string prometheus_job;            ///< key `prometheus_job`: the Prometheus file's job_id label ("" = $SLURM_JOB_ID where set, else none)
   bool nvtx = true;                      ///< key `nvtx`: an NVTX range per operation scope
   std::uint32_t sample_ms = 50;          ///< key `sample_ms`: memory sampling period of the writer (1..60000)
   bool op_device_query = false;          ///< key `op_device_query`: cudaMemGetInfo before and after each scope

@@ -458,9 +458,9 @@ std::string render_prometheus(const sample& s, double time_s) {
     for (const device_summary& d : s.devices) {
       const std::optional<std::uint64_t> v = m.get(d);
       if (!v) { continue; }
-      prometheus_value(out, m.name,
-                       "device=" + prometheus_label(std::to_string(d.nvml.index)) + ",name=" + prometheus_label(d.nvml.name),
-                       static_cast<double>(*v));
+      std::string labels;
+      gpuguard::detail::append_prometheus_device_labels(labels, d.nvml.index, d.nvml.uuid);
+      prometheus_value(out, m.name, labels + ",name=" + prometheus_label(d.nvml.name), static_cast<double>(*v));
     }
   }
 

@@ -35,12 +35,13 @@ abi::return_code list_processes(util::nvml_api::processes_fn fn, abi::device_han
   return abi::error_insufficient_size;
 }
 
-// The device's name and minor number, where NVML says.
+// The device's name, UUID and minor number, where NVML says.
 void read_identity(const util::nvml_api& api, abi::device_handle device, nvml_device& d) {
   if (std::array<char, 96> name{}; api.device_name != nullptr && api.device_name(device, name.data(), name.size()) == abi::success) {
     name.back() = '\0';
     d.name = name.data();
   }
+  d.uuid = util::nvml_uuid(api, device);
   if (unsigned int minor = 0; api.device_minor != nullptr && api.device_minor(device, &minor) == abi::success) {
     d.minor = minor;
   }

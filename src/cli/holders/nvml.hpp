@@ -27,6 +27,7 @@ struct nvml_process {
 struct nvml_device {
   unsigned index = 0;
   std::string name;
+  std::string uuid;                     ///< NVML's "GPU-..." identity, "" where NVML cannot say
   std::optional<unsigned> minor;        ///< N of /dev/nvidiaN
   std::optional<std::uint64_t> total;   ///< memory figures, bytes
   std::optional<std::uint64_t> used;    ///< excluding the driver's reservation when NVML reports it

@@ -387,10 +387,19 @@ TEST(doctor_report, prometheus_escapes_label_values_and_types_every_family) {
   device_summary d;
   d.nvml.index = 0;
   d.nvml.name = "GPU \"x\" \\ two\nlines";
+  d.nvml.uuid = "GPU-\"q\"\\";
   d.nvml.used = 1024;
   s.devices.push_back(d);
+  device_summary no_uuid;  // NVML gave no UUID
+  no_uuid.nvml.index = 1;
+  no_uuid.nvml.used = 0;
+  s.devices.push_back(no_uuid);
   const std::string text = render_prometheus(s, 1.5);
   EXPECT_NE(text.find("name=\"GPU \\\"x\\\" \\\\ two\\nlines\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpuguard_doctor_device_used_bytes{device=\"0\",uuid=\"GPU-\\\"q\\\"\\\\\",name="), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpuguard_doctor_device_used_bytes{device=\"1\",uuid=\"unknown\",name=\"\"} 0\n"), std::string::npos)
+      << text;
   EXPECT_EQ(text.find("lines\"}\n\""), std::string::npos) << "no raw newline inside a label";
   std::size_t helps = 0;
   std::size_t types = 0;

@@ -709,7 +709,9 @@ class doctor_test(unittest.TestCase):
             self.skipTest("prometheus-client is not installed")
         orphan, reaper = self.make_orphan("subreaper")
         live = self.start_holder()
+        # Two devices: the first with the stand-in's UUID, the second one NVML gives none for.
         nvml = (f"device 0 150000000000 500000000 7000000000 Fake \"H200\"\n"
+                f"device 1 80000000000 0 0 Fake B\nuuid 1 error\n"
                 f"process 0 {orphan} 3000000000\nprocess 0 {live.pid} 1000000000\n")
         out_dir = os.path.join(self.dir, "textfile")
         os.mkdir(out_dir)
@@ -735,11 +737,21 @@ class doctor_test(unittest.TestCase):
         self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "orphaned"),))], 1)
         self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "running"),))], 1)
         self.assertEqual(m[("gpuguard_doctor_holders_by_class", (("class", "stopped"),))], 0)
-        dev = (("device", "0"), ("name", 'Fake "H200"'))
+        dev = (("device", "0"), ("name", 'Fake "H200"'), ("uuid", "GPU-fa4e0000-0000-4000-8000-000000000000"))
         self.assertEqual(m[("gpuguard_doctor_device_used_bytes", dev)], 7000000000)
         self.assertEqual(m[("gpuguard_doctor_device_total_bytes", dev)], 150000000000)
         self.assertEqual(m[("gpuguard_doctor_device_process_bytes", dev)], 4000000000)
         self.assertEqual(m[("gpuguard_doctor_device_residue_bytes", dev)], 3000000000)
+        no_uuid = (("device", "1"), ("name", "Fake B"), ("uuid", "unknown"))
+        self.assertEqual(m[("gpuguard_doctor_device_total_bytes", no_uuid)], 80000000000)
+        self.assertEqual(m[("gpuguard_doctor_device_residue_bytes", no_uuid)], 0)
+        # Every per-device sample names the device by index and UUID; none names the node (the
+        # scrape target does).
+        for name, labels in m:
+            keys = {k for k, _ in labels}
+            if name.startswith("gpuguard_doctor_device_"):
+                self.assertEqual(keys, {"device", "uuid", "name"}, name)
+            self.assertFalse(keys & {"host", "hostname", "node", "instance"}, name)
         self.assertEqual(m[("gpuguard_doctor_nvml_available", ())], 1)
         self.assertEqual(m[("gpuguard_doctor_exit_status", ())], 1)
         self.assertAlmostEqual(m[("gpuguard_doctor_last_sample_timestamp_seconds", ())], time.time(), delta=60)
