@@ -4,9 +4,9 @@
 #   demo  the build tools and Boost.Stacktrace's headers: what scripts/demo.sh needs (Debian)
 #   test  the demo's, plus GoogleTest, Google Benchmark, headless chromium for the report's browser
 #         test, Prometheus with node_exporter and Slurm with munge for the cluster tests, which
-#         start them on loopback (Debian), and from PyPI jsonschema, prometheus-client and torch 2.11.0 (3.9 GB
-#         installed, with the CUDA libraries it pulls in) for the LibTorch adapter and the Python
-#         process tests
+#         start them on loopback (Debian), and from PyPI jsonschema, prometheus-client, PyYAML
+#         and torch 2.11.0 (3.9 GB installed, with the CUDA libraries it pulls in) for the LibTorch
+#         adapter and the Python process tests
 #   sanitize  what scripts/sanitize.sh builds and runs: the demo's, GoogleTest, and jsonschema and
 #         prometheus-client (g++ brings the sanitizers' runtimes)
 #   lint  clang-tidy (Debian)
@@ -27,7 +27,8 @@ case "$profile" in
         # prometheus-client's text parser and jsonschema check gpuguard's outputs (the tests fall
         # back to structural checks without them, and say so); torch (the GPU machine's version)
         # builds the LibTorch adapter and runs the real PyTorch DataLoader job of cli.run.torch.
-        modules=(jsonschema:jsonschema prometheus_client:prometheus-client torch:torch==2.11.0) ;;
+        # PyYAML reads the Kubernetes manifests of deploy/ (cluster.kubernetes).
+        modules=(jsonschema:jsonschema prometheus_client:prometheus-client yaml:pyyaml torch:torch==2.11.0) ;;
   sanitize) packages=("${base[@]}" libgtest-dev libgmock-dev)
             modules=(jsonschema:jsonschema prometheus_client:prometheus-client) ;;
   lint) packages=(clang-tidy); modules=() ;;
