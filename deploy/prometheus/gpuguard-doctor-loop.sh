@@ -24,9 +24,13 @@ case $interval in
     exit 2 ;;
 esac
 
+# A signal sets `stop` and ends the sleep in progress; the loop then ends with status 0. The sleep
+# runs in the background so that `wait` returns at the signal; it is killed whichever moment the
+# signal comes, also between its start and the line that records its PID.
+stop=
 sleeper=
-trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM INT HUP
-while :; do
+trap 'stop=1; [ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null' TERM INT HUP
+while [ -z "$stop" ]; do
   "$gpuguard" doctor --prometheus "$textfile" "$@" > /dev/null
   status=$?
   case $status in
@@ -35,9 +39,11 @@ while :; do
        exit 2 ;;
     *) echo "gpuguard-doctor-loop: gpuguard doctor exited with status $status; trying again in ${interval} s" >&2 ;;
   esac
-  # sleep in the background so that a signal ends the wait at once
+  [ -n "$stop" ] && break
   sleep "$interval" &
   sleeper=$!
+  [ -n "$stop" ] && kill "$sleeper" 2>/dev/null
   wait "$sleeper"
   sleeper=
 done
+exit 0

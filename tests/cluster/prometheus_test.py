@@ -249,35 +249,48 @@ def group_members(pgid):
 loop_dir = os.path.join(tmp, "loop")
 os.mkdir(loop_dir)
 loop_file = os.path.join(loop_dir, "gpuguard.prom")
-loop_env = dict(doctor_env(), GPUGUARD=GPUGUARD, GPUGUARD_TEXTFILE=loop_file, GPUGUARD_INTERVAL="1")
-loop = subprocess.Popen(["sh", os.path.join(DEPLOY, "gpuguard-doctor-loop.sh"), "--device-prefix", PREFIX, "--no-nvml"],
-                        env=loop_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                        start_new_session=True)
-try:
-    stamps = set()
+loop_env = dict(doctor_env(), GPUGUARD=GPUGUARD, GPUGUARD_TEXTFILE=loop_file)
 
-    def two_samples():
-        if os.path.exists(loop_file):
-            stamps.add(prom_values(loop_file).get("gpuguard_doctor_last_sample_timestamp_seconds"))
-        return len(stamps - {None}) >= 2
 
-    check(wait_until(two_samples, min(15, left()), step=0.1), "the loop script rewrites the textfile", stamps)
-    check(sorted(os.listdir(loop_dir)) == ["gpuguard.prom"], "only the .prom file is left in the folder",
-          os.listdir(loop_dir))
-    os.kill(loop.pid, signal.SIGTERM)
+def loop_until_sigterm(interval, samples):
+    """Runs the loop script every `interval` s until its textfile has had `samples` distinct
+    samples, then SIGTERMs it: it must end at once with status 0, its sleep with it."""
+    if os.path.exists(loop_file):
+        os.unlink(loop_file)   # the samples counted are this run's
+    loop = subprocess.Popen(["sh", os.path.join(DEPLOY, "gpuguard-doctor-loop.sh"), "--device-prefix", PREFIX,
+                             "--no-nvml"], env=dict(loop_env, GPUGUARD_INTERVAL=str(interval)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = loop.communicate(timeout=5)
-        check(loop.returncode == 0, "the loop script ends at SIGTERM with status 0", (loop.returncode, err))
-    except subprocess.TimeoutExpired:
-        check(False, "the loop script ends within 5 s of SIGTERM (it was sleeping)")
-    check(wait_until(lambda: not group_members(loop.pid), 5), "the loop script leaves no sleep behind",
-          group_members(loop.pid))
-finally:
-    if loop.poll() is None:
-        os.killpg(loop.pid, signal.SIGKILL)
-        loop.wait(timeout=10)
-    for member, _ in group_members(loop.pid):   # our own group only
-        os.kill(member, signal.SIGKILL)
+        stamps = set()
+
+        def seen():
+            if os.path.exists(loop_file):
+                stamps.add(prom_values(loop_file).get("gpuguard_doctor_last_sample_timestamp_seconds"))
+            return len(stamps - {None}) >= samples
+
+        check(wait_until(seen, min(5 + samples * interval, left()), step=0.1),
+              f"the loop script (every {interval} s) writes {samples} sample(s)", stamps)
+        check(sorted(os.listdir(loop_dir)) == ["gpuguard.prom"], "only the .prom file is left in the folder",
+              os.listdir(loop_dir))
+        os.kill(loop.pid, signal.SIGTERM)
+        try:
+            _, err = loop.communicate(timeout=3)
+            check(loop.returncode == 0, "the loop script ends at SIGTERM with status 0", (loop.returncode, err))
+        except subprocess.TimeoutExpired:
+            check(False, f"the loop script ends within 3 s of SIGTERM while it sleeps {interval} s")
+        # Its sleep was in its process group: nothing of the group may outlive it.
+        check(wait_until(lambda: not group_members(loop.pid), 1), "the loop script leaves no sleep behind",
+              group_members(loop.pid))
+    finally:
+        if loop.poll() is None:
+            os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait(timeout=10)
+        for member, _ in group_members(loop.pid):   # the group the test made for it, nothing else
+            os.kill(member, signal.SIGKILL)
+
+
+loop_until_sigterm(1, 2)     # rewrites the file
+loop_until_sigterm(30, 1)    # a signal ends the wait at once
 r = run(["sh", os.path.join(DEPLOY, "gpuguard-doctor-loop.sh"), "--no-such-option"], env=loop_env, timeout=15)
 check(r.returncode == 2 and "status 2" in r.stderr, "the loop script stops at an option the doctor refuses",
       (r.returncode, r.stderr))
