@@ -66,12 +66,13 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def left_behind(holder_command, pid_file):
-    """A job script that starts a holder double-forked away from its process tree (`( ... &)`,
-    reparented to init once the subshell exits) and ends when the holder holds the device (its
-    pid file is there, within 10 s), as a job's leftover holds it long before the job ends."""
-    return (f"({holder_command} &); "
-            f"for i in $(seq 200); do [ -e {pid_file} ] && exit 0; sleep 0.05; done; exit 1")
+def left_behind(holders_and_pid_files):
+    """A job script that starts each holder double-forked away from its process tree (`( ... &)`,
+    reparented to init once the subshell exits) and ends when every one holds the device (its pid
+    file is there, within 10 s), as a job's leftover holds it long before the job ends."""
+    started = "".join(f"({command} &); " for command, _ in holders_and_pid_files)
+    ready = " && ".join(f"[ -e {pid_file} ]" for _, pid_file in holders_and_pid_files)
+    return started + f"for i in $(seq 200); do {ready} && exit 0; sleep 0.05; done; exit 1"
 
 
 procs = []       # (name, Popen) of the daemons, ended last
@@ -179,30 +180,26 @@ def resume():
     return wait_until(node_ready, 20, step=0.2)
 
 
-def start_daemons():
+def start_munge():
     for program in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun", "scancel"):
         if shutil.which(program) is None:
             skip(f"{program} is not installed (Debian: slurm-wlm and munge)")
     if os.geteuid() != 0:
         skip("slurmd runs a job as its user only as root; this test is not root")
-
     munge_dir = os.path.join(DIR, "munge")
     os.makedirs(munge_dir)
     key = os.path.join(munge_dir, "munge.key")
     with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
         f.write(os.urandom(1024))
-    socket_path = os.path.join(munge_dir, "munge.socket")
     munged = subprocess.Popen(
-        ["munged", "-F", f"--key-file={key}", f"--socket={socket_path}", f"--pid-file={munge_dir}/munged.pid",
+        ["munged", "-F", f"--key-file={key}", f"--socket={MUNGE_SOCKET}", f"--pid-file={munge_dir}/munged.pid",
          f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/munged.seed"],
         stdout=open(os.path.join(DIR, "munged.out"), "w"), stderr=subprocess.STDOUT)
     procs.append(("munged", munged))
-    if not wait_until(lambda: os.path.exists(socket_path) or munged.poll() is not None, 10, step=0.05) \
+    if not wait_until(lambda: os.path.exists(MUNGE_SOCKET) or munged.poll() is not None, 10, step=0.05) \
             or munged.poll() is not None:
         skip("munged could not start: " + tail(os.path.join(DIR, "munged.out"), 2).strip())
-
-    ctld_port, d_port = free_ports(2)
-    for sub in ("state", "spool", "log", "job"):
+    for sub in ("log", "job"):
         os.makedirs(os.path.join(DIR, sub))
     for script in ("prolog", "epilog"):
         # What an operator's slurm.conf names is deploy/slurm/SCRIPT.sh itself; this wrapper only
@@ -220,6 +217,20 @@ GPUGUARD_SLURM_LOG_DIR={LOG_DIR}
 export GPUGUARD_NVML_LIBRARY={FAKE_NVML}
 export GPUGUARD_FAKE_NVML={NVML_SPEC}
 """)
+
+
+def start_slurm(proctrack):
+    """slurmctld and slurmd with ProctrackType=proctrack/PROCTRACK, configured in a folder of their
+    own (state, spool, logs); sets CONF and ENV. Returns why they could not start, or None."""
+    global CONF, ENV, SLURM_DIR
+    SLURM_DIR = os.path.join(DIR, proctrack)
+    for sub in ("state", "spool"):
+        os.makedirs(os.path.join(SLURM_DIR, sub))
+    CONF = os.path.join(SLURM_DIR, "slurm.conf")
+    ENV = dict(os.environ, SLURM_CONF=CONF)
+    ctld_port, d_port = free_ports(2)
+    # cgroup.conf is read only by the cgroup plugins (proctrack/cgroup): the kernel's hierarchy.
+    write_text(os.path.join(SLURM_DIR, "cgroup.conf"), "CgroupPlugin=autodetect\n")
     write_text(CONF, f"""
 ClusterName=gpuguardtest
 SlurmctldHost=localhost
@@ -228,15 +239,15 @@ SlurmdPort={d_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={socket_path}
+AuthInfo=socket={MUNGE_SOCKET}
 CredType=cred/munge
-StateSaveLocation={DIR}/state
-SlurmdSpoolDir={DIR}/spool
-SlurmctldPidFile={DIR}/slurmctld.pid
-SlurmdPidFile={DIR}/slurmd.pid
-SlurmctldLogFile={DIR}/slurmctld.log
-SlurmdLogFile={DIR}/slurmd.log
-ProctrackType=proctrack/linuxproc
+StateSaveLocation={SLURM_DIR}/state
+SlurmdSpoolDir={SLURM_DIR}/spool
+SlurmctldPidFile={SLURM_DIR}/slurmctld.pid
+SlurmdPidFile={SLURM_DIR}/slurmd.pid
+SlurmctldLogFile={SLURM_DIR}/slurmctld.log
+SlurmdLogFile={SLURM_DIR}/slurmd.log
+ProctrackType=proctrack/{proctrack}
 TaskPlugin=task/none
 SelectType=select/linear
 SchedulerType=sched/builtin
@@ -253,22 +264,27 @@ PartitionName=test Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """)
     for name, command in (("slurmctld", ["slurmctld", "-D", "-f", CONF]),
                           ("slurmd", ["slurmd", "-D", "-f", CONF, "-N", NODE])):
-        daemon = subprocess.Popen(command, env=ENV, stdout=open(os.path.join(DIR, f"{name}.out"), "w"),
-                                  stderr=subprocess.STDOUT)
+        out = os.path.join(SLURM_DIR, f"{name}.out")
+        daemon = subprocess.Popen(command, env=ENV, stdout=open(out, "w"), stderr=subprocess.STDOUT)
         procs.append((name, daemon))
         time.sleep(0.3)
         if daemon.poll() is not None:
-            skip(f"{name} could not start (status {daemon.returncode}): "
-                 + (tail(os.path.join(DIR, f"{name}.out"), 2) + tail(os.path.join(DIR, f"{name}.log"), 2)).strip())
+            return f"{name} could not start (status {daemon.returncode}): " + \
+                (tail(out, 2) + tail(os.path.join(SLURM_DIR, f"{name}.log"), 2)).strip()
     if not wait_until(node_ready, 30, step=0.2):
-        skip(f"the node did not come up (State={node().get('State')}): " + tail(os.path.join(DIR, "slurmd.log"), 3).strip())
+        return f"the node did not come up (State={node().get('State')}): " + \
+            tail(os.path.join(SLURM_DIR, "slurmd.log"), 3).strip()
+    return None
 
 
-def stop_daemons():
-    for job_id in slurm("squeue", "-h", "-o", "%i").stdout.split() if procs else []:
-        slurm("scancel", job_id)
+def stop(names):
+    """Ends the daemons of these names that are running, the last started first; before slurmctld
+    goes, every job is cancelled."""
+    if "slurmctld" in names and any(name == "slurmctld" and daemon.poll() is None for name, daemon in procs):
+        for job_id in slurm("squeue", "-h", "-o", "%i").stdout.split():
+            slurm("scancel", job_id)
     for name, daemon in reversed(procs):
-        if daemon.poll() is None:
+        if name in names and daemon.poll() is None:
             daemon.terminate()
             try:
                 daemon.wait(10)
@@ -313,7 +329,7 @@ def case_reap():
     holders.append(pid_file)
     holder = write_text(os.path.join(DIR, "job", "holder.py"), HOLDER)
     job_id = sbatch(f"--chdir={DIR}/job", f"--output={DIR}/job/reap.out",
-                    "--wrap", left_behind(f"{sys.executable} {holder} {DEVICE_PREFIX}0 {pid_file} plain", pid_file))
+                    "--wrap", left_behind([(f"{sys.executable} {holder} {DEVICE_PREFIX}0 {pid_file} plain", pid_file)]))
     held = read_holder(pid_file)
     if not check(held is not None, "reap: the job's holder started", tail(f"{DIR}/job/reap.out")):
         return
@@ -333,7 +349,8 @@ def case_drain():
     holders.append(pid_file)
     holder = os.path.join(DIR, "job", "holder.py")
     job_id = sbatch(f"--chdir={DIR}/job", f"--output={DIR}/job/drain.out",
-                    "--wrap", left_behind(f"nohup {sys.executable} {holder} {DEVICE_PREFIX}0 {pid_file} nohup > /dev/null 2>&1", pid_file))
+                    "--wrap", left_behind([(f"nohup {sys.executable} {holder} {DEVICE_PREFIX}0 {pid_file} nohup > /dev/null 2>&1",
+                                  pid_file)]))
     held = read_holder(pid_file)
     if not check(held is not None, "drain: the job's holder started", tail(f"{DIR}/job/drain.out")):
         return
@@ -395,13 +412,33 @@ def case_residue():
     check(resume(), "residue: the node comes back once the memory is free", node())
 
 
+def case_cgroup():
+    """proctrack/cgroup: Slurm's cgroup ends both leftovers at the job's end, nohup'd or not."""
+    holder = os.path.join(DIR, "job", "holder.py")
+    pid_files = [os.path.join(DIR, "job", f"cgroup-{mode}.pid") for mode in ("plain", "nohup")]
+    holders.extend(pid_files)
+    job_id = sbatch(f"--chdir={DIR}/job", f"--output={DIR}/job/cgroup.out", "--wrap", left_behind([
+        (f"{sys.executable} {holder} {DEVICE_PREFIX}0 {pid_files[0]} plain", pid_files[0]),
+        (f"nohup {sys.executable} {holder} {DEVICE_PREFIX}0 {pid_files[1]} nohup > /dev/null 2>&1", pid_files[1])]))
+    held = [read_holder(pid_file) for pid_file in pid_files]
+    if not check(None not in held, "cgroup: the job's two holders started", tail(f"{DIR}/job/cgroup.out")):
+        return
+    check(wait_job_done(job_id), f"cgroup: job {job_id} ends and its epilog runs", job(job_id))
+    check(not any(same_process(pid, start) for pid, start in held), "cgroup: Slurm ended both leftovers", held)
+    lines = log_lines(job_id)
+    check(any(line.endswith("epilog job %d on %s: clean" % (job_id, NODE)) for line in lines)
+          and not any("reaped" in line for line in lines),
+          "cgroup: the epilog found nothing left to reap, the GPU clean", lines)
+    check(node_ready(), "cgroup: the node stays up", node())
+
+
 DIR = scratch("gpuguard-slurm-")
 os.chmod(DIR, 0o755)  # munged wants every folder above its socket searchable by all
-CONF = os.path.join(DIR, "slurm.conf")
+MUNGE_SOCKET = os.path.join(DIR, "munge", "munge.socket")
+CONF = ENV = SLURM_DIR = None  # the running cluster's (start_slurm)
 LOG_DIR = os.path.join(DIR, "log")
 DEVICE_PREFIX = os.path.join(DIR, "dev", "nvidia")
 NVML_SPEC = os.path.join(DIR, "nvml.spec")
-ENV = dict(os.environ, SLURM_CONF=CONF)
 os.makedirs(os.path.dirname(DEVICE_PREFIX))
 for name in ("0", "ctl"):
     write_text(DEVICE_PREFIX + name, "")
@@ -409,8 +446,11 @@ write_text(NVML_SPEC, f"driver 580.00\ndevice 0 {80 * GiB} 0 0 FakeGPU\n")
 
 started = time.monotonic()
 try:
-    start_daemons()
-    say(f"cluster up in {time.monotonic() - started:.1f} s")
+    start_munge()
+    why = start_slurm("linuxproc")
+    if why:
+        skip(why)
+    say(f"cluster up in {time.monotonic() - started:.1f} s (proctrack/linuxproc)")
     for case in (case_pattern, case_reap, case_drain, case_dirty, case_residue):
         at = time.monotonic()
         case()
@@ -418,10 +458,18 @@ try:
         end_holders()  # a case that failed leaves nothing for the next one
         if not node_ready() and not resume():
             abort(f"the node did not come back after {case.__name__}", node())
+    stop(("slurmd", "slurmctld"))
+    at = time.monotonic()
+    why = start_slurm("cgroup")
+    if why:  # a container without a cgroup hierarchy Slurm can use
+        say(f"note: proctrack/cgroup cannot run here, so its case is left out: {why}")
+    else:
+        case_cgroup()
+        say(f"case_cgroup (proctrack/cgroup, with its start): {time.monotonic() - at:.1f} s")
 finally:
     end_holders()
-    stop_daemons()
+    stop(("slurmd", "slurmctld", "munged"))
     if failures:
         for name in ("slurmctld.log", "slurmd.log"):
-            say(f"--- {name} (last lines)\n" + tail(os.path.join(DIR, name), 15))
+            say(f"--- {name} (last lines)\n" + tail(os.path.join(SLURM_DIR, name), 15))
 finish("cluster.slurm", f"({time.monotonic() - started:.1f} s)")
