@@ -11,7 +11,8 @@
 # even the drain failed, so that Slurm drains it ("Epilog error"). README.md beside it says more;
 # gpuguard-slurm.sh (same folder) holds the settings.
 gg_script=epilog
-. "$(dirname "$0")/gpuguard-slurm.sh"
+# shellcheck source=gpuguard-slurm.sh  # beside the script (a link to it is followed)
+. "$(dirname "$(readlink -f "$0")")/gpuguard-slurm.sh"
 
 gg_job_pids
 gg_doctor scan
@@ -23,6 +24,7 @@ esac
 # Reap exactly the orphans the scan saw, each named with its start time: a PID reused since is not
 # signalled, and a process of a running step is never named.
 set --
+# shellcheck disable=SC2013  # one word a target: PID:START_TIME, digits only
 for target in $(awk '$1 == "holder" && $4 == "orphaned" { print $2 ":" $3 }' "$gg_tmp/scan.lines"); do
   set -- "$@" --pid "$target"
 done

@@ -5,9 +5,10 @@
 # sets wins, then the environment, then the defaults below. slurmd gives a prolog or epilog no PATH
 # and none of its own environment, so on a real node the defaults file is where settings go.
 
+: "${gg_script:?is set by the script that sources gpuguard-slurm.sh (prolog or epilog)}"
 GPUGUARD_SLURM_DEFAULTS=${GPUGUARD_SLURM_DEFAULTS:-/etc/default/gpuguard-slurm}
 if [ -r "$GPUGUARD_SLURM_DEFAULTS" ]; then
-  # shellcheck disable=SC1090  # the operator's file
+  # shellcheck disable=SC1090  # the operator's file, named at run time
   . "$GPUGUARD_SLURM_DEFAULTS"
 fi
 PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}

@@ -8,7 +8,8 @@
 # nohold_on_prolog_fail). When gpuguard itself cannot look, the node is refused too. README.md
 # beside it says more; gpuguard-slurm.sh (same folder) holds the settings.
 gg_script=prolog
-. "$(dirname "$0")/gpuguard-slurm.sh"
+# shellcheck source=gpuguard-slurm.sh  # beside the script (a link to it is followed)
+. "$(dirname "$(readlink -f "$0")")/gpuguard-slurm.sh"
 
 gg_job_pids
 gg_doctor check

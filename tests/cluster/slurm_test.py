@@ -201,11 +201,15 @@ def start_munge():
         skip("munged could not start: " + tail(os.path.join(DIR, "munged.out"), 2).strip())
     for sub in ("log", "job"):
         os.makedirs(os.path.join(DIR, sub))
+    os.makedirs(os.path.join(DIR, "prolog.d"))
     for script in ("prolog", "epilog"):
-        # What an operator's slurm.conf names is deploy/slurm/SCRIPT.sh itself; this wrapper only
-        # names the test's defaults file, which stands for /etc/default/gpuguard-slurm.
+        # What an operator's slurm.conf names is deploy/slurm/SCRIPT.sh, or a link to it in a
+        # prolog.d folder (as here); this wrapper only names the test's defaults file, which
+        # stands for /etc/default/gpuguard-slurm.
+        link = os.path.join(DIR, "prolog.d", f"50-gpuguard-{script}.sh")
+        os.symlink(os.path.join(DEPLOY, f"{script}.sh"), link)
         path = write_text(os.path.join(DIR, script),
-                          f"#!/bin/sh\nGPUGUARD_SLURM_DEFAULTS={DIR}/gpuguard-slurm.env exec {DEPLOY}/{script}.sh\n")
+                          f"#!/bin/sh\nGPUGUARD_SLURM_DEFAULTS={DIR}/gpuguard-slurm.env exec {link}\n")
         os.chmod(path, 0o755)
     write_text(os.path.join(DIR, "gpuguard-slurm.env"), f"""
 GPUGUARD={GPUGUARD}
