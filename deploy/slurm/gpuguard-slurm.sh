@@ -36,9 +36,16 @@ gg_log() {
 }
 
 # The PIDs of every job step on this node (scontrol listpids asks each slurmstepd here): a process
-# among them belongs to a running job and is nobody's leftover. No step here is an empty list.
+# among them belongs to a running job and is nobody's leftover. With no step here scontrol says
+# "No job steps exist on this node." (status 1); any other answer without its header is a failure,
+# kept in gg_steps_note for the reason: every holder then counts as one of no job.
 gg_job_pids() {
-  "$GPUGUARD_SCONTROL" listpids 2>/dev/null | awk '$1 ~ /^[0-9]+$/ { print $1 }' > "$gg_tmp/job_pids"
+  "$GPUGUARD_SCONTROL" listpids > "$gg_tmp/listpids" 2>&1
+  awk '$1 ~ /^[0-9]+$/ { print $1 }' "$gg_tmp/listpids" > "$gg_tmp/job_pids"
+  gg_steps_note=""
+  if ! grep -q -e '^PID ' -e 'No job steps exist' "$gg_tmp/listpids"; then
+    gg_steps_note=" ($GPUGUARD_SCONTROL listpids failed: $(head -n 1 "$gg_tmp/listpids" | cut -c1-60))"
+  fi
 }
 
 # gg_doctor NAME [ARGS...]: `gpuguard doctor --json ARGS`, its document read into $gg_tmp/NAME.lines:
@@ -98,7 +105,7 @@ gg_keep_report() {
 # Drains this node with "gpuguard: WHAT", the full report named there. Its status is scontrol's.
 gg_drain() {
   gg_where=$(gg_keep_report)
-  gg_reason="gpuguard: $1${gg_where:+; see $gg_where}"
+  gg_reason="gpuguard: $1$gg_steps_note${gg_where:+; see $gg_where}"
   gg_log "drain: $gg_reason"
   "$GPUGUARD_SCONTROL" update nodename="$gg_node" state=drain reason="$gg_reason"
 }
