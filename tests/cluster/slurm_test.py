@@ -75,6 +75,7 @@ def left_behind(holders_and_pid_files):
     return started + f"for i in $(seq 200); do {ready} && exit 0; sleep 0.05; done; exit 1"
 
 
+SBIN = {}        # program name: its path (start_munge)
 procs = []       # (name, Popen) of the daemons, ended last
 holders = []     # pid files of every holder started, ended in the end if still there
 
@@ -98,7 +99,8 @@ def free_ports(count):
 
 
 def slurm(*args, timeout=20):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=ENV)
+    return subprocess.run([SBIN.get(args[0], args[0]), *args[1:]], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
 
 
 def fields(*args):
@@ -181,18 +183,21 @@ def resume():
 
 
 def start_munge():
-    for program in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "srun", "scancel"):
-        if shutil.which(program) is None:
+    for program in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel", "srun"):
+        # The daemons are in sbin, which a CI shell's PATH may leave out.
+        found = shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+        if found is None:
             skip(f"{program} is not installed (Debian: slurm-wlm and munge)")
+        SBIN[program] = found
     if os.geteuid() != 0:
-        skip("slurmd runs a job as its user only as root; this test is not root")
+        skip("slurmd must run as root to start jobs, and this test is not root")
     munge_dir = os.path.join(DIR, "munge")
     os.makedirs(munge_dir)
     key = os.path.join(munge_dir, "munge.key")
     with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
         f.write(os.urandom(1024))
     munged = subprocess.Popen(
-        ["munged", "-F", f"--key-file={key}", f"--socket={MUNGE_SOCKET}", f"--pid-file={munge_dir}/munged.pid",
+        [SBIN["munged"], "-F", f"--key-file={key}", f"--socket={MUNGE_SOCKET}", f"--pid-file={munge_dir}/munged.pid",
          f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/munged.seed"],
         stdout=open(os.path.join(DIR, "munged.out"), "w"), stderr=subprocess.STDOUT)
     procs.append(("munged", munged))
@@ -266,8 +271,8 @@ Epilog={DIR}/epilog
 NodeName={NODE} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
 PartitionName=test Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """)
-    for name, command in (("slurmctld", ["slurmctld", "-D", "-f", CONF]),
-                          ("slurmd", ["slurmd", "-D", "-f", CONF, "-N", NODE])):
+    for name, command in (("slurmctld", [SBIN["slurmctld"], "-D", "-f", CONF]),
+                          ("slurmd", [SBIN["slurmd"], "-D", "-f", CONF, "-N", NODE])):
         out = os.path.join(SLURM_DIR, f"{name}.out")
         daemon = subprocess.Popen(command, env=ENV, stdout=open(out, "w"), stderr=subprocess.STDOUT)
         procs.append((name, daemon))
@@ -310,7 +315,7 @@ def case_pattern():
     os.symlink(sys.executable, os.path.join(bin_dir, "python"))
     env = dict(ENV, PATH=bin_dir + ":" + ENV["PATH"], GPUGUARD_DEVICE_PREFIX=DEVICE_PREFIX,
                GPUGUARD_RUN_OPTIONS="grace=1")
-    done = subprocess.run(["sbatch", "--parsable", f"--chdir={work}", f"--output={work}/out.txt",
+    done = subprocess.run([SBIN["sbatch"], "--parsable", f"--chdir={work}", f"--output={work}/out.txt",
                            os.path.join(DEPLOY, "train.sbatch")], capture_output=True, text=True, env=env, timeout=20)
     if not check(done.returncode == 0, "pattern: sbatch train.sbatch is accepted", done.stderr):
         return
