@@ -17,10 +17,12 @@ at fake device files (regular files named like /dev/nvidia0) and at the stand-in
   residue   NVML (the stand-in) says 1 GiB is used with no process: the prolog refuses the same way
 
 Skips (77) naming what is missing or did not start: not root, a Slurm or munge program, munged,
-slurmctld or slurmd. Every daemon and holder it starts is ended in the end.
+slurmctld or slurmd. Every daemon and holder it starts is ended in the end, and the cgroup folders
+Slurm's cgroup plugin made are removed.
 
 usage: slurm_test.py GPUGUARD_BINARY FAKE_NVML_LIBRARY REPO_ROOT
 """
+import glob
 import os
 import shutil
 import signal
@@ -286,6 +288,23 @@ PartitionName=test Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
     return None
 
 
+def slurm_cgroups():
+    """The cgroup folders slurmd's cgroup plugin makes for this node (slurm_NODE in a v1
+    hierarchy, system.slice/slurmstepd.scope under v2), which outlive slurmd."""
+    return set(glob.glob(f"/sys/fs/cgroup/*/slurm_{NODE}") + glob.glob(f"/sys/fs/cgroup/slurm_{NODE}")
+               + glob.glob("/sys/fs/cgroup/**/slurmstepd.scope", recursive=True))
+
+
+def remove_cgroups(folders):
+    """Removes these (empty) cgroup folders, the deepest first; one still in use stays."""
+    for folder in folders:
+        for root, _, _ in sorted(os.walk(folder), key=lambda entry: -entry[0].count("/")):
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass
+
+
 def stop(names):
     """Ends the daemons of these names that are running, the last started first; before slurmctld
     goes, every job is cancelled."""
@@ -454,6 +473,7 @@ for name in ("0", "ctl"):
 write_text(NVML_SPEC, f"driver 580.00\ndevice 0 {80 * GiB} 0 0 FakeGPU\n")
 
 started = time.monotonic()
+cgroups_before = None  # the cgroup folders of Slurm's that were there before its cgroup plugin ran
 try:
     start_munge()
     why = start_slurm("linuxproc")
@@ -469,6 +489,7 @@ try:
             abort(f"the node did not come back after {case.__name__}", node())
     stop(("slurmd", "slurmctld"))
     at = time.monotonic()
+    cgroups_before = slurm_cgroups()
     why = start_slurm("cgroup")
     if why:  # a container without a cgroup hierarchy Slurm can use
         say(f"note: proctrack/cgroup cannot run here, so its case is left out: {why}")
@@ -478,6 +499,8 @@ try:
 finally:
     end_holders()
     stop(("slurmd", "slurmctld", "munged"))
+    if cgroups_before is not None:
+        remove_cgroups(slurm_cgroups() - cgroups_before)
     if failures:
         for name in ("slurmctld.log", "slurmd.log"):
             say(f"--- {name} (last lines)\n" + tail(os.path.join(SLURM_DIR, name), 15))
