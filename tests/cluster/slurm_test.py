@@ -15,6 +15,9 @@ at fake device files (regular files named like /dev/nvidia0) and at the stand-in
   dirty     a holder of no job, left before the job starts: the prolog refuses (the job never runs,
             Slurm requeues it held), the node drains with the reason
   residue   NVML (the stand-in) says 1 GiB is used with no process: the prolog refuses the same way
+  cgroup    then a second cluster with proctrack/cgroup, where Slurm's cgroup plugin starts here
+            (otherwise a note says why it is left out): a job leaves both kinds of holder above;
+            Slurm ends them itself and the epilog finds the GPU clean
 
 Skips (77) naming what is missing or did not start: not root, a Slurm or munge program, munged,
 slurmctld or slurmd. Every daemon and holder it starts is ended in the end, and the cgroup folders
