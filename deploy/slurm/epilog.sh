@@ -31,14 +31,17 @@ done
 unended=""
 if [ $# -gt 0 ]; then
   gg_doctor reap --reap --grace "$GPUGUARD_GRACE" "$@"
-  case $gg_status in
-    0|1|3) gg_log "reaped: $(awk '$1 == "reap" { printf "%sPID %s %s %s", sep, $2, $4, $3; sep = ", " }' "$gg_tmp/reap.lines")" ;;
-  esac
+  if [ -f "$gg_tmp/reap.lines" ]; then
+    gg_log "reaped: $(awk '$1 == "reap" { printf "%sPID %s %s %s", sep, $2, $4, $3; sep = ", " }' "$gg_tmp/reap.lines")"
+  fi
   case $gg_status in
     0|1) ;;
-    3) unended=$(awk '$1 == "reap" && $3 != "terminated" && $3 != "killed" && $3 != "gone" {
-                   printf "%sPID %s %s (%s)", sep, $2, $4, $3; sep = ", " }' "$gg_tmp/reap.lines") ;;
-    *) unended="$(gg_failure reap)" ;;
+    3) if [ -f "$gg_tmp/reap.lines" ]; then
+         unended=$(awk '$1 == "reap" && $3 != "terminated" && $3 != "killed" && $3 != "gone" {
+                          printf "%sPID %s %s (%s)", sep, $2, $4, $3; sep = ", " }' "$gg_tmp/reap.lines")
+       fi
+       unended=${unended:-$(gg_failure reap)} ;;
+    *) unended=$(gg_failure reap) ;;
   esac
 fi
 

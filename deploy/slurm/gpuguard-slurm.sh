@@ -53,14 +53,16 @@ gg_job_pids() {
 #   reap PID ACTION COMM               what --reap did to a named process
 #   residue BYTES|unknown              device memory no process here accounts for (unknown: no NVML)
 # Sets gg_status to the doctor's exit status (0 none holds, 1 some hold, 3 it could not do its
-# job); 9 when its document could not be read. The names are cut to letters, digits and ._-:
+# job, with or without a report); 9 when its report could not be read. The names are cut to letters, digits and ._-:
 # (a job chooses its process names; they go into the node's reason and the log).
 gg_doctor() {
   gg_name=$1
   shift
+  rm -f "$gg_tmp/$gg_name.lines"
   "$GPUGUARD" doctor --json --device-prefix "$GPUGUARD_DEVICE_PREFIX" "$@" > "$gg_tmp/$gg_name.json" 2> "$gg_tmp/$gg_name.err"
   gg_status=$?
   case $gg_status in 0|1|3) ;; *) return 0 ;; esac
+  [ -s "$gg_tmp/$gg_name.json" ] || return 0  # 3 with no report: it could not look at all
   "$GPUGUARD_PYTHON" - "$gg_tmp/$gg_name.json" "$gg_tmp/job_pids" > "$gg_tmp/$gg_name.lines" 2>> "$gg_tmp/$gg_name.err" <<'EOF' || gg_status=9
 import json, re, sys
 with open(sys.argv[1]) as f:

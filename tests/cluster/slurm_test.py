@@ -463,6 +463,60 @@ def case_cgroup():
     check(node_ready(), "cgroup: the node stays up", node())
 
 
+# What no real process can show here: a target that survives SIGKILL (stuck in the driver) and a
+# doctor that cannot look at all. A stand-in doctor answers as gpuguard doctor documents it (its
+# exit statuses; the JSON members the scripts read); scontrol records what it is asked.
+STAND_IN_DOCTOR = """#!/bin/sh
+echo "$*" >> "$0.calls"
+holder='"pid":4242,"holds":true,"class":"orphaned","start_time":99,"comm":"python3"'
+case "$GG_STAND_IN:$*" in
+  blind:*) echo "gpuguard doctor: cannot list /proc: Permission denied" >&2; exit 3 ;;
+  *--reap*) echo "{\\"holders\\":[{$holder,\\"reap\\":{\\"action\\":\\"survived\\"}}],\\"residue_bytes\\":0}"; exit 3 ;;
+  *--json*) echo "{\\"holders\\":[{$holder,\\"reap\\":null}],\\"residue_bytes\\":0}"; exit 1 ;;
+  *) echo "gpuguard doctor: 1 process holds a GPU device"; exit 1 ;;
+esac
+"""
+
+
+def case_stand_in():
+    """The epilog when --reap could not end a target (status 3), the prolog when the doctor fails."""
+    folder = os.path.join(DIR, "stand-in")
+    os.makedirs(folder)
+    doctor = write_text(os.path.join(folder, "gpuguard"), STAND_IN_DOCTOR)
+    scontrol = write_text(os.path.join(folder, "scontrol"),
+                          '#!/bin/sh\necho "$*" >> "$0.calls"\n[ "$1" = listpids ] && echo "No job steps exist on this node." && exit 1\nexit 0\n')
+    for path in (doctor, scontrol):
+        os.chmod(path, 0o755)
+    env = dict(os.environ, GPUGUARD=doctor, GPUGUARD_SCONTROL=scontrol, GPUGUARD_PYTHON=sys.executable,
+               GPUGUARD_SLURM_LOG_DIR=os.path.join(folder, "log"), GPUGUARD_SETTLE_SECONDS="30",
+               GPUGUARD_GRACE="1", GPUGUARD_SLURM_DEFAULTS="/nonexistent", SLURM_JOB_ID="9", SLURMD_NODENAME="n9")
+
+    def calls(path):
+        with open(path + ".calls") as f:
+            return f.read().splitlines()
+
+    at = time.monotonic()
+    done = subprocess.run([os.path.join(DEPLOY, "epilog.sh")], env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - at
+    check(done.returncode == 0, "stand-in: the epilog exits 0 after its own drain", done)
+    check(any("--reap --grace 1 --pid 4242:99" in call for call in calls(doctor)),
+          "stand-in: the epilog reaps exactly the scanned orphan, named with its start time", calls(doctor))
+    drains = [call for call in calls(scontrol) if call.startswith("update")]
+    check(len(drains) == 1 and drains[0].startswith(
+        "update nodename=n9 state=drain reason=gpuguard: after job 9: could not end PID 4242 python3 (survived); "
+        "PID 4242 python3 (orphaned) holds a GPU device; see "),
+        "stand-in: a target that survived SIGKILL drains the node, the reason naming it", drains)
+    check(took < 20, f"stand-in: the epilog drains at once, not after the settle time ({took:.1f} s)")
+
+    done = subprocess.run([os.path.join(DEPLOY, "prolog.sh")], env=dict(env, GG_STAND_IN="blind"),
+                          capture_output=True, text=True, timeout=60)
+    drains = [call for call in calls(scontrol) if call.startswith("update")][1:]
+    check(done.returncode == 1 and len(drains) == 1 and drains[0].startswith(
+        "update nodename=n9 state=drain reason=gpuguard: cannot check the GPU before job 9: "
+        f"{doctor} doctor failed with status 3 (gpuguard doctor: cannot list /proc: Permission denied)"),
+        "stand-in: a doctor that cannot look makes the prolog refuse the node (status 1), saying why", (done, drains))
+
+
 DIR = scratch("gpuguard-slurm-")
 os.chmod(DIR, 0o755)  # munged wants every folder above its socket searchable by all
 MUNGE_SOCKET = os.path.join(DIR, "munge", "munge.socket")
@@ -478,6 +532,7 @@ write_text(NVML_SPEC, f"driver 580.00\ndevice 0 {80 * GiB} 0 0 FakeGPU\n")
 started = time.monotonic()
 cgroups_before = None  # the cgroup folders of Slurm's that were there before its cgroup plugin ran
 try:
+    case_stand_in()
     start_munge()
     why = start_slurm("linuxproc")
     if why:
