@@ -14,7 +14,6 @@ gg_script=epilog
 # shellcheck source=gpuguard-slurm.sh  # beside the script (a link to it is followed)
 . "$(dirname "$(readlink -f "$0")")/gpuguard-slurm.sh"
 
-gg_job_pids
 gg_doctor scan
 case $gg_status in
   0|1) ;;
@@ -48,7 +47,6 @@ fi
 # Wait for the GPU to come clean: a killed process's memory comes back a moment after it ends.
 deadline=$(( $(date +%s) + GPUGUARD_SETTLE_SECONDS ))
 while :; do
-  gg_job_pids
   gg_doctor check
   case $gg_status in
     0|1) dirt=$(gg_dirt check) ;;

@@ -36,7 +36,8 @@ gg_log() {
 }
 
 # The PIDs of every job step on this node (scontrol listpids asks each slurmstepd here): a process
-# among them belongs to a running job and is nobody's leftover. With no step here scontrol says
+# among them belongs to a running job and is nobody's leftover. Asked after the doctor's scan, so
+# that a step starting meanwhile is known: a holder the scan saw that is in no step then is in none. With no step here scontrol says
 # "No job steps exist on this node." (status 1); any other answer without its header is a failure,
 # kept in gg_steps_note for the reason: every holder then counts as one of no job.
 gg_job_pids() {
@@ -48,19 +49,21 @@ gg_job_pids() {
   fi
 }
 
-# gg_doctor NAME [ARGS...]: `gpuguard doctor --json ARGS`, its document read into $gg_tmp/NAME.lines:
-#   holder PID START_TIME CLASS COMM   a process of no running job that holds a device
+# gg_doctor NAME [ARGS...]: `gpuguard doctor --json ARGS`, then the job steps (gg_job_pids), its
+# report read into $gg_tmp/NAME.lines:
+#   holder PID START_TIME CLASS COMM   a process of no running job step that holds a device
 #   reap PID ACTION COMM               what --reap did to a named process
 #   residue BYTES|unknown              device memory no process here accounts for (unknown: no NVML)
 # Sets gg_status to the doctor's exit status (0 none holds, 1 some hold, 3 it could not do its
-# job, with or without a report); 9 when its report could not be read. The names are cut to letters, digits and ._-:
-# (a job chooses its process names; they go into the node's reason and the log).
+# job, with or without a report); 9 when its report could not be read. The names are cut to
+# letters, digits and ._-: (a job chooses its process names; they go into the node's reason).
 gg_doctor() {
   gg_name=$1
   shift
   rm -f "$gg_tmp/$gg_name.lines"
   "$GPUGUARD" doctor --json --device-prefix "$GPUGUARD_DEVICE_PREFIX" "$@" > "$gg_tmp/$gg_name.json" 2> "$gg_tmp/$gg_name.err"
   gg_status=$?
+  gg_job_pids
   case $gg_status in 0|1|3) ;; *) return 0 ;; esac
   [ -s "$gg_tmp/$gg_name.json" ] || return 0  # 3 with no report: it could not look at all
   "$GPUGUARD_PYTHON" - "$gg_tmp/$gg_name.json" "$gg_tmp/job_pids" > "$gg_tmp/$gg_name.lines" 2>> "$gg_tmp/$gg_name.err" <<'EOF' || gg_status=9

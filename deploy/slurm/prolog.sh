@@ -11,7 +11,6 @@ gg_script=prolog
 # shellcheck source=gpuguard-slurm.sh  # beside the script (a link to it is followed)
 . "$(dirname "$(readlink -f "$0")")/gpuguard-slurm.sh"
 
-gg_job_pids
 gg_doctor check
 case $gg_status in
   0|1) dirt=$(gg_dirt check) ;;
