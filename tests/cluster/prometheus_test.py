@@ -23,7 +23,7 @@ tests/cli/fake_nvml.cpp.
 Every process it starts is ended in a `finally`; ports are free ones on 127.0.0.1; every wait is
 bounded, the whole test by DEADLINE_S. Exits 77 ("skipped: ...") where prometheus, promtool or
 node_exporter is not installed (Debian: prometheus, prometheus-node-exporter), unless
-GPUGUARD_REQUIRE_PROMETHEUS=1, where that is a failure.
+GPUGUARD_REQUIRE_CLUSTER=1 (as CI sets), where that is a failure.
 
 usage: prometheus_test.py GPUGUARD FAKE_NVML OPS_CHILD REPO_ROOT
 """
@@ -78,7 +78,7 @@ missing = [n for n, p in (("promtool", PROMTOOL), ("prometheus", PROMETHEUS),
                           ("node_exporter (prometheus-node-exporter)", NODE_EXPORTER)) if p is None]
 if missing:
     skip(", ".join(missing) + " not installed (Debian: prometheus, prometheus-node-exporter)",
-         variable="GPUGUARD_REQUIRE_PROMETHEUS")
+         variable="GPUGUARD_REQUIRE_CLUSTER")
 
 tmp = scratch("gpuguard-prometheus-")
 

@@ -20,7 +20,7 @@ at fake device files (regular files named like /dev/nvidia0) and at the stand-in
             Slurm ends them itself and the epilog finds the GPU clean
 
 Skips (77) naming what is missing or did not start: not root, a Slurm or munge program, munged,
-slurmctld or slurmd. Every daemon and holder it starts is ended in the end, and the cgroup folders
+slurmctld or slurmd; with GPUGUARD_REQUIRE_CLUSTER=1 (as CI sets) that is a failure. Every daemon and holder it starts is ended in the end, and the cgroup folders
 Slurm's cgroup plugin made are removed.
 
 usage: slurm_test.py GPUGUARD_BINARY FAKE_NVML_LIBRARY REPO_ROOT
@@ -192,10 +192,12 @@ def start_munge():
         # The daemons are in sbin, which a CI shell's PATH may leave out.
         found = shutil.which(program, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if found is None:
-            skip(f"{program} is not installed (Debian: slurm-wlm and munge)")
+            skip(f"{program} is not installed (Debian: slurm-wlm and munge)",
+                 variable="GPUGUARD_REQUIRE_CLUSTER")
         SBIN[program] = found
     if os.geteuid() != 0:
-        skip("slurmd must run as root to start jobs, and this test is not root")
+        skip("slurmd must run as root to start jobs, and this test is not root",
+             variable="GPUGUARD_REQUIRE_CLUSTER")
     munge_dir = os.path.join(DIR, "munge")
     os.makedirs(munge_dir)
     key = os.path.join(munge_dir, "munge.key")
@@ -208,7 +210,8 @@ def start_munge():
     procs.append(("munged", munged))
     if not wait_until(lambda: os.path.exists(MUNGE_SOCKET) or munged.poll() is not None, 10, step=0.05) \
             or munged.poll() is not None:
-        skip("munged could not start: " + tail(os.path.join(DIR, "munged.out"), 2).strip())
+        skip("munged could not start: " + tail(os.path.join(DIR, "munged.out"), 2).strip(),
+             variable="GPUGUARD_REQUIRE_CLUSTER")
     for sub in ("log", "job"):
         os.makedirs(os.path.join(DIR, sub))
     os.makedirs(os.path.join(DIR, "prolog.d"))
@@ -536,7 +539,7 @@ try:
     start_munge()
     why = start_slurm("linuxproc")
     if why:
-        skip(why)
+        skip(why, variable="GPUGUARD_REQUIRE_CLUSTER")
     say(f"cluster up in {time.monotonic() - started:.1f} s (proctrack/linuxproc)")
     for case in (case_pattern, case_reap, case_drain, case_dirty, case_residue):
         at = time.monotonic()
