@@ -85,6 +85,7 @@ pid_t fork_into_namespaces(job_namespace* made) {
     ssize_t got = 0;
     do { got = ::read(ready_read.get(), &go, 1); } while (got < 0 && errno == EINTR);
     if (got != 1) { ::_exit(1); }  // the parent could not map our ids: it reaps us
+    made->pid = true;
     return 0;
   }
   ready_read.reset();

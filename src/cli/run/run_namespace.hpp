@@ -32,7 +32,8 @@ struct job_namespace {
 /// namespace too where the caller lacks CAP_SYS_ADMIN. Call only from a process with one thread.
 /// In the parent: the child's PID (as this namespace sees it), and `*made` says how; with a user
 /// namespace the parent has mapped the child's ids before it returns. -1 with `made->why_not` set
-/// when no such child could be made (then nothing is left running). In the child: 0.
+/// when no such child could be made (then nothing is left running). In the child: 0, once its ids
+/// are mapped, with `made->pid` (and `made->user`) set as in the parent.
 pid_t fork_into_namespaces(job_namespace* made);
 
 /// In the child of fork_into_namespaces: makes every mount of its mount namespace private, then

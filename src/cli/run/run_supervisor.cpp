@@ -632,8 +632,8 @@ void write_stderr(const std::string& line) noexcept {
 
 // What the anchor's steps share: parent of CMD, child subreaper, the supervisor's dead man's switch.
 struct anchor_state {
-  anchor_state(const run_config& c, const job_cgroup& g, pid_t s, int m, int k)
-      : config(c), cgroup(g), supervisor(s), message_fd(m), control_fd(k) {}
+  anchor_state(const run_config& c, const job_cgroup& g, pid_t s, int m, int k, bool ns)
+      : config(c), cgroup(g), supervisor(s), message_fd(m), control_fd(k), in_namespace(ns) {}
 
   const run_config& config;
   const job_cgroup& cgroup;
@@ -641,9 +641,11 @@ struct anchor_state {
   const int message_fd;         // our messages to the supervisor
   const int control_fd;         // its word to us: 'g' (start CMD), 'x' (exit), end of file (gone)
   const pid_t self = ::getpid();
-  // PID 1 of the job's PID namespace: the supervisor is outside it, where getppid() reads 0.
-  const bool in_namespace = self == 1;
+  // PID 1 of the job's PID namespace (fork_into_namespaces): the supervisor is outside it, where
+  // getppid() reads 0.
+  const bool in_namespace;
   const pid_t parent = in_namespace ? 0 : supervisor;  // what getppid() says while the supervisor lives
+  bool own_proc = false;        // in the namespace: /proc is its own (mount_proc), not the host's
   unique_fd signals;            // signalfd of SIGCHLD and SIGTERM (our death signal)
   pid_t command = 0;
   bool in_cgroup = false;       // CMD runs in the job's cgroup
@@ -681,9 +683,11 @@ void wait_for_word(const anchor_state& a, char word) {
 
 // In the job's PID namespace, a /proc of it: CMD's /proc/PID paths then name its own processes.
 // Where the kernel refuses (a /proc with parts masked, as in many containers), CMD sees the host's.
-void mount_proc(const anchor_state& a) {
+void mount_proc(anchor_state& a) {
   if (!a.in_namespace) { return; }
-  if (const int error = mount_own_proc(); error != 0) { send_message(a.message_fd, msg_proc_failed, error); }
+  const int error = mount_own_proc();
+  a.own_proc = error == 0;
+  if (error != 0) { send_message(a.message_fd, msg_proc_failed, error); }
 }
 
 // --require-clean: the supervisor measures the GPU before the job starts, then says go.
@@ -769,6 +773,23 @@ void watch_supervisor(anchor_state& a) {
   }
 }
 
+// In the job's PID namespace without a /proc of its own (the host's shows PID 1 as the host's
+// init, whose descendants are every process): SIGTERM to every process of the namespace at once
+// (kill(-1) from its PID 1 reaches those alone), the grace period while any is left, then our
+// exit, at which the kernel SIGKILLs the rest. Exits with CMD's status.
+[[noreturn]] void end_namespace_from_inside(anchor_state& a, const std::string& short_name) {
+  static_cast<void>(::kill(-1, SIGTERM));
+  const steady::time_point deadline = steady::now() + std::chrono::milliseconds(a.config.grace_ms);
+  bool left = live_child_remains([&a] { reap(a); });
+  while (left && steady::now() < deadline) {
+    if (wait_readable(a.signals.get(), 20)) { drain_signals(a.signals.get(), [](int) {}); }
+    left = live_child_remains([&a] { reap(a); });
+  }
+  write_stderr("[gpuguard run] ended the processes of " + short_name + " with its PID namespace (" +
+               (left ? "SIGKILL after the grace period" : "all gone after SIGTERM") + ")\n");
+  ::_exit(a.command_done ? shell_status(a.command_status) : 1);
+}
+
 // The supervisor is gone (killed, even by SIGKILL): ends everything below us the supervisor's way,
 // says so on stderr, and exits with CMD's status.
 [[noreturn]] void end_orphaned_job(anchor_state& a) {
@@ -776,6 +797,7 @@ void watch_supervisor(anchor_state& a) {
   const std::string short_name = printable_on_one_line(name.substr(name.find_last_of('/') + 1));  // npos + 1 == 0
   write_stderr("[gpuguard run] the supervisor (pid " + std::to_string(a.supervisor) +
                ") is gone: ending the processes of " + short_name + "\n");
+  if (a.in_namespace && !a.own_proc) { end_namespace_from_inside(a, short_name); }
   teardown_params params;
   params.root = a.self;
   params.job_group = a.command;
@@ -801,9 +823,9 @@ void watch_supervisor(anchor_state& a) {
 }
 
 [[noreturn]] void anchor_main(const run_config& config, const exec_plan& plan, const job_cgroup& cgroup,
-                              pid_t supervisor, int message_fd, int control_fd) noexcept {
+                              pid_t supervisor, int message_fd, int control_fd, bool in_namespace) noexcept {
   try {
-    anchor_state a(config, cgroup, supervisor, message_fd, control_fd);
+    anchor_state a(config, cgroup, supervisor, message_fd, control_fd, in_namespace);
     become_anchor(a);
     mount_proc(a);
     wait_for_go(a);
@@ -918,7 +940,7 @@ void spawn_anchor(supervisor_state& s) {
     s.messages.reset();
     s.control.reset();
     s.signals.reset();
-    anchor_main(s.config, s.plan, s.cgroup, s.out.supervisor_pid, message_write.get(), control_read.get());
+    anchor_main(s.config, s.plan, s.cgroup, s.out.supervisor_pid, message_write.get(), control_read.get(), s.space.pid);
   }
   s.anchor = anchor;
   s.anchor_alive = true;

@@ -689,6 +689,56 @@ class boundary(base):
         self.assertEqual(uid, nobody, "CMD must run as the same user inside its user namespace")
         self.assertLessEqual(seen, 5, "the job's /proc shows the host's processes")
 
+    def kill_supervisor_of_leftover_job(self, mask_proc):
+        """Starts a job that leaves a SIGTERM-ignoring writer, as nobody in its user and PID
+        namespace (`mask_proc`: with a part of /proc masked, as many containers have it, so that
+        the namespace's own /proc cannot be mounted), SIGKILLs the supervisor, and returns its
+        stderr once the anchor has ended the job; asserts the writer stopped and that a process of
+        this test outside the job lived on."""
+        os.chmod(self.dir, 0o777)
+        act = self.path("job.act")
+        job = ("(setsid sh -c 'trap \"\" TERM; while :; do echo x >> %s; sleep 0.05; done' &); sleep 30" % act)
+        inner = (f"{'mount --make-rprivate / && mount -t tmpfs none /proc/acpi || exit 9; ' if mask_proc else ''}"
+                 f"exec setpriv --reuid=65534 --regid=65534 --clear-groups {GPUGUARD} run --grace 0.5 -- sh -c \"$0\"")
+        canary = subprocess.Popen(["sleep", "60"])
+        self.to_kill.append(canary.pid)
+        env = dict(os.environ, GPUGUARD_RUN_OPTIONS="")
+        p = subprocess.Popen(["unshare", "--mount", "sh", "-c", inner, job], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
+                             preexec_fn=no_core_dumps)
+        self.to_kill.append(p.pid)
+        self.assertTrue(wait_until(lambda: activity(act) > 0, 10), "the writer never started")
+        os.kill(p.pid, signal.SIGKILL)  # unshare exec'd setpriv, which exec'd gpuguard: the supervisor
+        _, err = p.communicate(timeout=10)  # returns once the anchor and the job let go of stderr
+        err = err.decode()
+        before = activity(act)
+        time.sleep(0.3)
+        self.assertEqual(activity(act), before, "the writer outlived the job: " + err)
+        self.assertIsNone(canary.poll(), "a process outside the job was ended")
+        canary.kill()
+        canary.wait()
+        return err
+
+    def test_in_a_pid_namespace_the_anchor_ends_the_job_when_the_supervisor_is_killed(self):
+        why = pid_namespace_why(as_nobody=True) or ("" if shutil.which("unshare") else "no unshare")
+        if why:
+            self.skipTest(why)
+        err = self.kill_supervisor_of_leftover_job(mask_proc=False)
+        self.assertIn("is gone: ending the processes of sh", err)
+        # The writer and its short-lived sleeps, the SIGTERM-ignoring writer by SIGKILL.
+        self.assertRegex(err, r"ended [1-9][0-9]* processes of sh \([1-9][0-9]* needed SIGKILL\)")
+
+    def test_with_the_hosts_proc_the_anchor_ends_only_its_namespace(self):
+        """Where the namespace's own /proc cannot be mounted, the anchor's /proc is the host's, where
+        PID 1 is the host's init: it must end the job through its namespace (kill(-1) from its PID 1,
+        then its own exit), never by walking that /proc."""
+        why = pid_namespace_why(as_nobody=True) or ("" if os.path.isdir("/proc/acpi") else "no /proc/acpi to mask")
+        if why:
+            self.skipTest(why)
+        err = self.kill_supervisor_of_leftover_job(mask_proc=True)
+        self.assertIn("is gone: ending the processes of sh", err)
+        self.assertIn("ended the processes of sh with its PID namespace (SIGKILL after the grace period)", err)
+
     def test_in_a_pid_namespace_killing_both_gpuguard_processes_ends_the_job(self):
         why = pid_namespace_why()
         if why:
