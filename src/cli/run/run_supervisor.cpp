@@ -213,8 +213,11 @@ struct teardown_params {
   /// which means no process of the job is left (every orphan of the job is reparented to it).
   std::function<bool()> job_has_processes;
   /// With the PID namespace boundary: SIGKILL to its PID 1 (the anchor), which ends every process
-  /// of the namespace; safe from any thread (a pidfd). True when it was sent. Empty: none.
+  /// of the namespace; safe from any thread (a pidfd). True when it has been sent, now or before.
+  /// Empty: none.
   std::function<bool()> kill_namespace;
+  /// ... and whether that SIGKILL has been sent already.
+  std::function<bool()> namespace_killed;
   /// With the PID namespace boundary: ends the namespace (SIGKILL to its PID 1, the anchor) and
   /// waits up to the given milliseconds for the anchor to be reaped, which the kernel allows only
   /// once every other process of the namespace is gone. True when it was reaped.
@@ -262,20 +265,33 @@ struct teardown_state {
 };
 
 // SIGKILL to every process of the job at once, where a boundary can: cgroup.kill, or the end of
-// the job's PID namespace. True when it ended processes (as far as it can tell).
+// the job's PID namespace. True when it was done (now, or before for the namespace).
 bool kill_boundary(const teardown_params& params) {
+  if (params.cgroup != nullptr) { return params.cgroup->kill(); }
+  return params.kill_namespace && params.kill_namespace();
+}
+
+// The same, true only when this call ended processes (as far as it can tell): the cgroup was
+// populated, or the namespace had not had its SIGKILL yet.
+bool kill_boundary_ending_processes(const teardown_params& params) {
   if (params.cgroup != nullptr) {
     const bool populated = params.cgroup->populated();
     return params.cgroup->kill() && populated;
   }
-  return params.kill_namespace && params.kill_namespace();
+  const bool before = params.namespace_killed && params.namespace_killed();
+  return params.kill_namespace && params.kill_namespace() && !before;
 }
 
 bool has_boundary(const teardown_params& params) { return params.cgroup != nullptr || params.kill_namespace; }
 
-void note_boundary_kill(teardown_state& t, bool killed) {
+// Kills through the boundary with `kill` and keeps the moment, taken before the kill: a process
+// seen gone after it counts as ended by SIGKILL, however late this thread gets to note it.
+bool kill_and_note(teardown_state& t, bool (*kill)(const teardown_params&)) {
+  const std::int64_t at = elapsed_ns(t.start);
+  const bool killed = kill(t.params);
   std::int64_t never = -1;
-  if (killed) { t.boundary_killed_ns.compare_exchange_strong(never, elapsed_ns(t.start)); }
+  if (killed) { t.boundary_killed_ns.compare_exchange_strong(never, at); }
+  return killed;
 }
 
 // The job's processes as one round of end_processes sees them. Past `kill_from` on the cgroup
@@ -283,7 +299,7 @@ void note_boundary_kill(teardown_state& t, bool killed) {
 // cannot hold the SIGKILL back.
 std::vector<proc_stat> scan_job(teardown_state& t, steady::time_point kill_from) {
   const teardown_params& params = t.params;
-  if (has_boundary(params) && t.boundary_killed_ns < 0 && steady::now() >= kill_from) { note_boundary_kill(t, kill_boundary(params)); }
+  if (has_boundary(params) && t.boundary_killed_ns < 0 && steady::now() >= kill_from) { kill_and_note(t, kill_boundary); }
   std::vector<proc_stat> live = job_processes(params);
   for (int i = 0; live.empty() && params.cgroup != nullptr && i < empty_scan_retries && params.cgroup->populated(); ++i) {
     live = job_processes(params);
@@ -324,11 +340,7 @@ void end_round(teardown_state& t, std::int64_t grace_ms, std::int64_t kill_wait,
   };
   if (has_boundary(params)) {
     // SIGKILL to every member at once: a process being forked right now is not missed.
-    plan.kill_all = [&t] {
-      const bool killed = kill_boundary(t.params);
-      note_boundary_kill(t, killed);
-      return killed;
-    };
+    plan.kill_all = [&t] { return kill_and_note(t, kill_boundary); };
   } else if (params.job_group > 0) {
     // Without a cgroup, SIGKILL to CMD's process group at once: a process that forks and lets its
     // parent exit (and stays in the group) is hit whatever PID it has now. Sent only when the
@@ -390,7 +402,7 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
   }
   const bool survivors_known = std::any_of(t.result.leftovers.begin(), t.result.leftovers.end(),
                                            [](const leftover& l) { return !l.ended; });
-  note_boundary_kill(t, cgroup.kill());
+  kill_and_note(t, kill_boundary);
   const bool empty = cgroup.wait_empty(static_cast<int>(timeout_ms));
   t.result.unseen_ended_by_cgroup_kill = populated && empty && seen_all && !survivors_known;
   if (empty) {
@@ -413,14 +425,13 @@ bool kill_cgroup_and_wait(teardown_state& t, std::int64_t timeout_ms) {
 // teardown ends first.
 class boundary_kill_timer {
  public:
-  /// At `at`, unless destroyed first, ends the job through the boundary of `params` (none: does
-  /// nothing; see kill_boundary) and calls `killed`, on the timer's thread, with whether that
-  /// ended processes.
-  boundary_kill_timer(const teardown_params& params, steady::time_point at, std::function<void(bool)> killed) {
+  /// At `at`, unless destroyed first, calls `fire` on the timer's thread (nothing where `params`
+  /// has no boundary): it ends the job through the boundary.
+  boundary_kill_timer(const teardown_params& params, steady::time_point at, std::function<void()> fire) {
     if (!has_boundary(params)) { return; }
-    thread_ = std::thread([this, &params, at, done = std::move(killed)] {
+    thread_ = std::thread([this, at, fire = std::move(fire)] {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { done(kill_boundary(params)); }
+      if (!wake_.wait_until(lock, at, [this] { return stop_; })) { fire(); }
     });
   }
   boundary_kill_timer(const boundary_kill_timer&) = delete;
@@ -453,7 +464,7 @@ teardown_result end_leftovers(const teardown_params& params, const std::function
   teardown_state t(params, reap);
   const steady::time_point grace_end = t.start + std::chrono::milliseconds(params.grace_ms);
   const steady::time_point deadline = grace_end + std::chrono::milliseconds(kill_wait_ms);
-  const boundary_kill_timer on_time(params, grace_end, [&t](bool killed) { note_boundary_kill(t, killed); });
+  const boundary_kill_timer on_time(params, grace_end, [&t] { kill_and_note(t, kill_boundary_ending_processes); });
   const auto has_processes = [&params] {
     return (params.cgroup != nullptr && params.cgroup->populated()) ||
            (params.job_has_processes ? params.job_has_processes() : true);
@@ -1174,12 +1185,17 @@ void end_job(supervisor_state& s) {
   if (s.space.pid) {
     params.end_namespace = [&s](std::int64_t timeout_ms) { return end_namespace(s, timeout_ms); };
     if (s.anchor_pidfd.valid()) {
-      // Only the first SIGKILL ends processes: the anchor stays a zombie until reaped, and a
-      // signal to a zombie succeeds.
+      // Sent once: the anchor stays a zombie until reaped, and a signal to a zombie succeeds.
       params.kill_namespace = [&s] {
-        return !s.namespace_killed.exchange(true) &&
-               ::syscall(SYS_pidfd_send_signal, s.anchor_pidfd.get(), SIGKILL, nullptr, 0) == 0;
+        bool sent = false;
+        if (s.namespace_killed.compare_exchange_strong(sent, true) &&
+            ::syscall(SYS_pidfd_send_signal, s.anchor_pidfd.get(), SIGKILL, nullptr, 0) != 0) {
+          s.namespace_killed = false;
+          return false;
+        }
+        return true;
       };
+      params.namespace_killed = [&s] { return s.namespace_killed.load(); };
     }
   }
   const util::nvml_library* nvml = s.config.require_clean ? &s.nvml : nullptr;
@@ -1189,7 +1205,7 @@ void end_job(supervisor_state& s) {
   std::atomic<bool> hard_killed{false};
   const boundary_kill_timer at_the_latest(params,
                                           steady::now() + std::chrono::milliseconds(s.config.grace_ms + hard_kill_slack_ms),
-                                          [&hard_killed](bool killed) { hard_killed = killed; });
+                                          [&params, &hard_killed] { hard_killed = kill_boundary_ending_processes(params); });
   s.out.at_end = check_devices(job_processes(params), s.config.device_prefix, nvml);
   s.out.teardown = end_leftovers(params, [&s] { reap(s); });
   if (hard_killed) {
