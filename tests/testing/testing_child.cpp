@@ -1,4 +1,4 @@
-// A GoogleTest program with gpuguard's leak listener (include/gpuguard/testing.hpp), for
+// A GoogleTest program with gpuguard's leak listener (include/gpuguard/core/testing.hpp), for
 // tests/testing/testing_test.py, which runs it one test at a time (--gtest_filter) and judges
 // each verdict by the exit status and the failure text. Some tests fail on purpose: leaking from
 // a marked line, going over a peak budget. With --no-tracking, main does not enable tracking and
@@ -7,7 +7,7 @@
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/core/tracking.hpp>
 #include <gpuguard/host_memory_resource.hpp>
-#include <gpuguard/testing.hpp>
+#include <gpuguard/core/testing.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpuguard's GoogleTest listener (include/gpuguard/testing.hpp) in a real test program
+"""gpuguard's GoogleTest listener (include/gpuguard/core/testing.hpp) in a real test program
 (tests/testing/testing_child.cpp), on host memory (device=host): each TEST's verdict through
 --gtest_filter and the exit status, and the failure text: the leak's file:line and sizes, the
 peak and the budget, the fixture's memory not counted, and every test failing without tracking.

@@ -81,7 +81,7 @@ GPUGUARD_API void declare_exit_holder(tag_id tag) noexcept;
 /// same functions, files and lines are then one site (their raw ids in `raw_sites`).
 GPUGUARD_API leak_report collect_leaks(std::size_t max_resolved = 100000);
 /// Groups `live` (some of the ledger's live allocations, such as those one test left: see
-/// gpuguard/testing.hpp) as collect_leaks groups all of them, exit holders' tags apart; the
+/// gpuguard/core/testing.hpp) as collect_leaks groups all of them, exit holders' tags apart; the
 /// report's `devices` and `misuse` are left empty.
 GPUGUARD_API leak_report group_leaks(const std::vector<allocation_record>& live,
                                      std::size_t max_resolved = 100000);
