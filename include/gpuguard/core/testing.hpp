@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -166,32 +167,31 @@ class leak_listener : public ::testing::EmptyTestEventListener {
   }
 
  private:
-  static std::size_t budget_for(const detail::test_state& s, int device, bool* found) {
-    *found = false;
-    std::size_t bytes = 0;
-    for (const auto& [d, b] : s.budgets) {
-      if (d == device) { *found = true; return b; }
-      if (d == detail::every_device) { *found = true; bytes = b; }
+  // The device's own budget, else the one for every device, else none.
+  static std::optional<std::size_t> budget_for(const detail::test_state& s, int device) {
+    std::optional<std::size_t> every;
+    for (const auto& [d, bytes] : s.budgets) {
+      if (d == device) { return bytes; }
+      if (d == detail::every_device) { every = bytes; }
     }
-    return bytes;
+    return every;
   }
 
   static void check_budgets(const ::testing::TestInfo& info, const ledger_snapshot& snap,
                             const detail::test_state& s) {
     for (const auto& [device, c] : snap.devices) {
-      bool found = false;
-      const std::size_t budget = budget_for(s, device, &found);
-      if (!found) { continue; }
+      const std::optional<std::size_t> budget = budget_for(s, device);
+      if (!budget) { continue; }
       std::size_t at_start = 0;
       for (const auto& [d, bytes] : s.current_at_start) {
         if (d == device) { at_start = bytes; }
       }
       const std::size_t rise = c.phase_peak_bytes > at_start ? c.phase_peak_bytes - at_start : 0;
-      if (rise <= budget) { continue; }
+      if (rise <= *budget) { continue; }
       ADD_FAILURE_AT(info.file(), info.line())
           << "gpuguard: peak over budget on " << detail::device_name(device) << ": live bytes rose "
           << rise << " bytes above the " << at_start << " live at the test's start (peak "
-          << c.phase_peak_bytes << " bytes), over the budget of " << budget
+          << c.phase_peak_bytes << " bytes), over the budget of " << *budget
           << " bytes (limit_peak). The ledger keeps no record of what was live at the peak: "
              "operation scopes or the JSONL log's timeline (gpuguard report) show which step reached it.";
     }
