@@ -44,11 +44,11 @@ jobs=$(nproc)
 #  - core.layout: it reads the plain build's objects, and runs no code of ours;
 #  - under asan, cli.run.failures: it runs gpuguard under a pids limit, which stops LeakSanitizer's
 #    own tracer thread at exit;
-#  - under tsan, the CLI's and the leak report's tests, and the symlink test, which runs the
-#    leak child: one thread each.
+#  - under tsan, the CLI's, the leak report's and the GoogleTest listener's tests, and the symlink
+#    test, which runs the leak child: one thread each.
 case "$kind" in
   asan)
-    targets=(gpuguard_cpu_tests gpuguard_core_tests gpuguard_leak_child gpuguard_ops_child gpuguard_hooks_child
+    targets=(gpuguard_cpu_tests gpuguard_core_tests gpuguard_leak_child gpuguard_testing_child gpuguard_ops_child gpuguard_hooks_child
              gpuguard_cli gpuguard_cli_json_tests gpuguard_cli_doctor_tests gpuguard_fake_nvml
              gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests
              gpuguard_defer_tests gpuguard_ledger_parts_tests)
@@ -59,7 +59,7 @@ case "$kind" in
     targets=(gpuguard_core_tests gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests gpuguard_fake_nvml
              gpuguard_ops_child gpuguard_hooks_child gpuguard_cli gpuguard_defer_tests gpuguard_ledger_parts_tests)
     tests='^core\.'
-    excluded='_NOT_BUILT|^(core\.preload|core\.layout$|core\.leak_report$|core\.write_file\.symlinks$)'
+    excluded='_NOT_BUILT|^(core\.preload|core\.layout$|core\.leak_report$|core\.testing$|core\.write_file\.symlinks$)'
     ;;
 esac
 # The ledger's 8-thread stress with a tenth of its pairs: whole, it is the slowest test under a

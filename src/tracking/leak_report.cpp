@@ -41,11 +41,16 @@ bool is_exit_holder(tag_id tag) noexcept {
 
 leak_report collect_leaks(std::size_t max_resolved) {
   ledger_snapshot snap = snapshot(true);
-  leak_report report;
+  leak_report report = group_leaks(snap.live, max_resolved);
   report.misuse = snap.misuse;
   report.devices = std::move(snap.devices);
+  return report;
+}
+
+leak_report group_leaks(const std::vector<allocation_record>& live, std::size_t max_resolved) {
+  leak_report report;
   std::map<std::tuple<site_id, int, tag_id>, std::size_t> index;
-  for (const allocation_record& record : snap.live) {
+  for (const allocation_record& record : live) {
     const bool held = is_exit_holder(record.tag);
     (held ? report.held_bytes : report.bytes) += record.bytes;
     ++(held ? report.held_count : report.count);

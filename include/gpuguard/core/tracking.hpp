@@ -80,6 +80,11 @@ GPUGUARD_API void declare_exit_holder(tag_id tag) noexcept;
 /// stacks of the first `max_resolved` sites (the slow part); sites whose resolved frames name the
 /// same functions, files and lines are then one site (their raw ids in `raw_sites`).
 GPUGUARD_API leak_report collect_leaks(std::size_t max_resolved = 100000);
+/// Groups `live` (some of the ledger's live allocations, such as those one test left: see
+/// gpuguard/core/testing.hpp) as collect_leaks groups all of them, exit holders' tags apart; the
+/// report's `devices` and `misuse` are left empty.
+GPUGUARD_API leak_report group_leaks(const std::vector<allocation_record>& live,
+                                     std::size_t max_resolved = 100000);
 
 /// The text report: a headline, then up to `max_sites` sites with their frames.
 GPUGUARD_API void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_sites);

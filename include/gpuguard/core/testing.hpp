@@ -1,0 +1,231 @@
+/**
+ * @file testing.hpp
+ * @brief GoogleTest support: one line in a test program's main makes every TEST that leaves
+ *        tracked memory live fail with the allocation sites, and lets a test declare a peak
+ *        budget. Header-only over the compiled core: link gpuguard::gpuguard and GTest::gtest.
+ *        docs/testing-cpp.md says what counts and what it costs.
+ *
+ * What a test leaked: the ledger's live allocations at the test's end that were not live at its
+ * start, told apart by their sequence numbers (unique per allocation, ledger.hpp), so memory
+ * that an Environment, a SetUpTestSuite or an earlier test made and still holds never counts,
+ * and what a fixture's SetUp makes and its TearDown or destructor frees is freed before the end.
+ * Allocations under an exit holder's tag (a framework's cache, declare_exit_holder) never count.
+ *
+ * A test's peak on a device: the most that device's live bytes rose above what was live there
+ * when the test started (the ledger's phase peak, which the listener starts at each test).
+ */
+#pragma once
+
+#include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/tracking.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpuguard::testing {
+
+/// How the listener judges tests.
+struct listener_options {
+  /// Fail a test that leaves memory live (false: only budgets are checked, for every test).
+  bool fail_on_leaks = true;
+  /// Fail every test while gpuguard::tracking_enabled() is false. Set it to false where another
+  /// source feeds the ledger (the LibTorch adapter, the preload interposer) and enable_tracking
+  /// is not called: the listener then checks whatever the ledger holds.
+  bool require_tracking = true;
+  /// Sites shown in a leak failure; 0: the `leak_sites` option (GPUGUARD_OPTIONS).
+  std::size_t max_sites = 0;
+};
+
+namespace detail {
+
+/// Any device: the key of a budget set by limit_peak(bytes).
+inline constexpr int every_device = INT_MIN;
+
+/// The running test's figures and declarations. One per program: the listener runs the tests
+/// one at a time, and a test declares its budget and opt-out on its own thread.
+struct test_state {
+  bool listener_installed = false;
+  bool in_test = false;
+  bool allow_leaks = false;
+  std::vector<std::pair<int, std::size_t>> budgets;            ///< device (or every_device), bytes
+  std::vector<std::pair<std::uint64_t, const void*>> live_at_start;  ///< (sequence, ptr), sorted
+  std::vector<std::pair<int, std::size_t>> current_at_start;   ///< device, live bytes
+};
+
+inline test_state& state() {
+  static test_state instance;
+  return instance;
+}
+
+inline std::string device_name(int device) {
+  return device == host_device_id ? std::string("host") : "device " + std::to_string(device);
+}
+
+/// The library's leak text (the exit report's headline and sites) as a string.
+inline std::string leak_text(const leak_report& report, std::size_t max_sites) {
+  char* buffer = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = ::open_memstream(&buffer, &size);
+  if (out == nullptr) { return "(gpuguard: could not format the leak report: open_memstream failed)\n"; }
+  write_leak_text(out, report, max_sites);
+  std::fclose(out);
+  std::string text(buffer, size);
+  std::free(buffer);  // open_memstream allocates it with malloc
+  return text;
+}
+
+/// Declarations made outside a test fail where they were made: nothing would check them.
+inline bool declare_in_test(const char* what) {
+  const test_state& s = state();
+  if (s.listener_installed && s.in_test) { return true; }
+  ADD_FAILURE() << "gpuguard: " << what << " was called "
+                << (s.listener_installed ? "outside a test" : "but no leak listener is installed "
+                                                              "(gpuguard::testing::install_leak_listener())")
+                << ": nothing checks it";
+  return false;
+}
+
+}  // namespace detail
+
+/// Fails the running test if its peak on any device (the host's slot included) rises more than
+/// `bytes` above what was live there at its start. Call it inside the test; a later call replaces
+/// the budget.
+inline void limit_peak(std::size_t bytes) {
+  if (!detail::declare_in_test("gpuguard::testing::limit_peak")) { return; }
+  auto& budgets = detail::state().budgets;
+  budgets.erase(std::remove_if(budgets.begin(), budgets.end(),
+                               [](const auto& b) { return b.first == detail::every_device; }),
+                budgets.end());
+  budgets.emplace_back(detail::every_device, bytes);
+}
+
+/// The same for one device only (host_device_id: host and pinned memory); it takes precedence
+/// over limit_peak(bytes) on that device.
+inline void limit_peak(std::size_t bytes, int device) {
+  if (!detail::declare_in_test("gpuguard::testing::limit_peak")) { return; }
+  auto& budgets = detail::state().budgets;
+  budgets.erase(std::remove_if(budgets.begin(), budgets.end(),
+                               [device](const auto& b) { return b.first == device; }),
+                budgets.end());
+  budgets.emplace_back(device, bytes);
+}
+
+/// The running test may leave memory live (it is not checked for leaks; its budget still is).
+inline void allow_leaks() {
+  if (detail::declare_in_test("gpuguard::testing::allow_leaks")) { detail::state().allow_leaks = true; }
+}
+
+/**
+ * The listener: at each test's start it notes what is live and starts the phase peak; at its end
+ * it adds a failure to the test (at the TEST's file and line) for each device over its budget and
+ * for the memory the test left live. Install it with install_leak_listener().
+ */
+class leak_listener : public ::testing::EmptyTestEventListener {
+ public:
+  explicit leak_listener(listener_options opts = {}) : opts_(opts) {}
+
+  void OnTestStart(const ::testing::TestInfo& /*info*/) override {
+    detail::test_state& s = detail::state();
+    s.in_test = true;
+    s.allow_leaks = false;
+    s.budgets.clear();
+    s.live_at_start.clear();
+    s.current_at_start.clear();
+    reset_phase_peak();
+    const ledger_snapshot snap = snapshot(true);
+    s.live_at_start.reserve(snap.live.size());
+    for (const allocation_record& record : snap.live) { s.live_at_start.emplace_back(record.sequence, record.ptr); }
+    std::sort(s.live_at_start.begin(), s.live_at_start.end());
+    for (const auto& [device, c] : snap.devices) { s.current_at_start.emplace_back(device, c.current_bytes); }
+  }
+
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    detail::test_state& s = detail::state();
+    s.in_test = false;
+    if (info.result() != nullptr && info.result()->Skipped()) { return; }
+    if (!tracking_enabled() && opts_.require_tracking) {
+      ADD_FAILURE_AT(info.file(), info.line())
+          << "gpuguard: tracking is not enabled, so this test's leaks and peak cannot be checked: "
+             "call gpuguard::enable_tracking() in main before RUN_ALL_TESTS() (or, where another "
+             "source feeds the ledger, install the listener with require_tracking = false)";
+      return;
+    }
+    const ledger_snapshot snap = snapshot(true);
+    check_budgets(info, snap, s);
+    if (opts_.fail_on_leaks && !s.allow_leaks) { check_leaks(info, snap, s); }
+  }
+
+ private:
+  // The device's own budget, else the one for every device, else none.
+  static std::optional<std::size_t> budget_for(const detail::test_state& s, int device) {
+    std::optional<std::size_t> every;
+    for (const auto& [d, bytes] : s.budgets) {
+      if (d == device) { return bytes; }
+      if (d == detail::every_device) { every = bytes; }
+    }
+    return every;
+  }
+
+  static void check_budgets(const ::testing::TestInfo& info, const ledger_snapshot& snap,
+                            const detail::test_state& s) {
+    for (const auto& [device, c] : snap.devices) {
+      const std::optional<std::size_t> budget = budget_for(s, device);
+      if (!budget) { continue; }
+      std::size_t at_start = 0;
+      for (const auto& [d, bytes] : s.current_at_start) {
+        if (d == device) { at_start = bytes; }
+      }
+      const std::size_t rise = c.phase_peak_bytes > at_start ? c.phase_peak_bytes - at_start : 0;
+      if (rise <= *budget) { continue; }
+      ADD_FAILURE_AT(info.file(), info.line())
+          << "gpuguard: peak over budget on " << detail::device_name(device) << ": live bytes rose "
+          << rise << " bytes above the " << at_start << " live at the test's start (peak "
+          << c.phase_peak_bytes << " bytes), over the budget of " << *budget
+          << " bytes (limit_peak). The ledger keeps no record of what was live at the peak: "
+             "operation scopes or the JSONL log's timeline (gpuguard report) show which step reached it.";
+    }
+  }
+
+  void check_leaks(const ::testing::TestInfo& info, const ledger_snapshot& snap,
+                   const detail::test_state& s) const {
+    std::vector<allocation_record> leaked;
+    for (const allocation_record& record : snap.live) {
+      if (is_exit_holder(record.tag)) { continue; }
+      if (!std::binary_search(s.live_at_start.begin(), s.live_at_start.end(),
+                              std::make_pair(record.sequence, record.ptr))) {
+        leaked.push_back(record);
+      }
+    }
+    if (leaked.empty()) { return; }
+    const std::size_t max_sites = opts_.max_sites != 0 ? opts_.max_sites : process_options().leak_sites;
+    const leak_report report = group_leaks(leaked, max_sites);
+    ADD_FAILURE_AT(info.file(), info.line())
+        << "gpuguard: the test left tracked memory live that was not live at its start "
+           "(gpuguard::testing::allow_leaks() allows it):\n"
+        << detail::leak_text(report, max_sites);
+  }
+
+  listener_options opts_;
+};
+
+/// Appends a leak_listener to GoogleTest's listeners (which own it). Call it in main before
+/// RUN_ALL_TESTS(), after gpuguard::enable_tracking(). A second call changes nothing.
+inline void install_leak_listener(listener_options opts = {}) {
+  detail::test_state& s = detail::state();
+  if (s.listener_installed) { return; }
+  s.listener_installed = true;
+  ::testing::UnitTest::GetInstance()->listeners().Append(new leak_listener(opts));
+}
+
+}  // namespace gpuguard::testing
