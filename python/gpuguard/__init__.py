@@ -26,8 +26,16 @@ from gpuguard import _native, _torch
 __all__ = ["op", "figures", "reset_phase_peak", "__version__"]
 __version__ = _native.version
 
-figures = _native.figures
 reset_phase_peak = _native.reset_phase_peak
+
+_FIGURES = ("live_bytes", "peak_bytes", "phase_peak_bytes", "total_bytes", "allocations", "frees", "live_allocations")
+
+
+def figures():
+    """The ledger's counters per device, as {device: {live_bytes, peak_bytes, phase_peak_bytes,
+    total_bytes, allocations, frees, live_allocations}}; host memory is device -1. Under
+    `gpuguard run --track` they are the interposer's: every driver allocation of the process."""
+    return {row[0]: dict(zip(_FIGURES, row[1:])) for row in _native.device_counters()}
 
 _native._set_torch_readers(_torch.ready, _torch.memory)
 
@@ -46,6 +54,7 @@ class op(_native.op):
     __slots__ = ()
 
     def __call__(self, function):
+        """Decorates `function`: each call runs inside this operation's scope."""
         if inspect.iscoroutinefunction(function) or inspect.isgeneratorfunction(function) or \
                 inspect.isasyncgenfunction(function):
             raise TypeError(f"gpuguard.op({self.name!r}) cannot decorate {function.__qualname__}: "

@@ -1,6 +1,6 @@
 // gpuguard._native, the Python package's compiled part (python/gpuguard/__init__.py wraps it):
 // operation scopes that are the core's own op_scope, so a Python scope goes to the same outputs as
-// a C++ one (text line, JSONL, trace, Prometheus), and the ledger's counters as a dict.
+// a C++ one (text line, JSONL, trace, Prometheus), and the ledger's counters.
 //
 // The module links the core by its soname, libgpuguard.so.0: under `gpuguard run --track` it is
 // the library the interposer loaded, so the figures are the interposer's (docs/python.md).
@@ -144,6 +144,45 @@ nb::dict to_dict(const gpuguard::op_result& r) {
   return out;
 }
 
+// A scope whose exit came while a scope opened inside it was still open (a generator suspended
+// inside its own `with`): ended when that one has ended, so that the library's stack of scopes
+// on the thread stays in order. Those still waiting when their thread ends are left unended (the
+// library's state of that thread may be gone by then).
+struct deferred_end {
+  std::unique_ptr<gpuguard::op_scope> scope;
+  bool raised = false;
+};
+struct deferred_ends {
+  std::vector<deferred_end> waiting;
+  deferred_ends() = default;
+  deferred_ends(const deferred_ends&) = delete;
+  deferred_ends& operator=(const deferred_ends&) = delete;
+  deferred_ends(deferred_ends&&) = delete;
+  deferred_ends& operator=(deferred_ends&&) = delete;
+  ~deferred_ends() {
+    for (deferred_end& end : waiting) { static_cast<void>(end.scope.release()); }
+  }
+};
+thread_local deferred_ends this_thread_deferred;
+
+const gpuguard::op_result& end_scope(gpuguard::op_scope& scope, bool raised) {
+  return raised ? end_marked_as_raised(scope) : scope.end();
+}
+
+// After a scope ended: the waiting scopes that are now innermost end, innermost first.
+void end_waiting_scopes() {
+  std::vector<deferred_end>& waiting = this_thread_deferred.waiting;
+  for (;;) {
+    const gpuguard::op_result* innermost = gpuguard::current_op();
+    const auto next = std::find_if(waiting.begin(), waiting.end(),
+                                   [innermost](const deferred_end& e) { return &e.scope->result() == innermost; });
+    if (innermost == nullptr || next == waiting.end()) { return; }
+    const deferred_end end = std::move(*next);
+    waiting.erase(next);
+    static_cast<void>(end_scope(*end.scope, end.raised));
+  }
+}
+
 // One named operation, entered any number of times, nested and from several threads: each entry
 // is a scope of its own, ended by the exit on the thread that entered it, innermost first.
 class op {
@@ -173,16 +212,17 @@ class op {
     }
     std::unique_ptr<gpuguard::op_scope> scope = std::move(entry->scope);
     open_.erase(std::next(entry).base());
-    // A scope inside this one is still open (a generator suspended inside its own `with`): it
-    // points at this one as its parent, so this one is ended but kept for the process.
-    const bool innermost = gpuguard::current_op() == &scope->result();
-    last_ = raised ? end_marked_as_raised(*scope) : scope->end();
-    has_last_ = true;
-    if (!innermost) {
-      static_cast<void>(scope.release());
-      const std::string warning = "gpuguard.op('" + name_ + "') ended before a scope opened inside it";
+    if (const gpuguard::op_result* innermost = gpuguard::current_op(); innermost != &scope->result()) {
+      const std::string inside = innermost != nullptr ? std::string(innermost->name_view()) : std::string();
+      this_thread_deferred.waiting.push_back(deferred_end{std::move(scope), raised});
+      const std::string warning = "gpuguard.op('" + name_ + "') exited while '" + inside +
+                                  "', opened inside it, is still open: it is recorded when that one ends";
       if (PyErr_WarnEx(PyExc_RuntimeWarning, warning.c_str(), 1) != 0) { throw nb::python_error(); }
+      return;
     }
+    last_ = end_scope(*scope, raised);
+    has_last_ = true;
+    end_waiting_scopes();
   }
 
   [[nodiscard]] nb::object result() const { return has_last_ ? nb::object(to_dict(last_)) : nb::none(); }
@@ -201,19 +241,12 @@ class op {
 
 // ---- figures ---------------------------------------------------------------------------------
 
-nb::dict figures() {
-  const gpuguard::ledger_snapshot snapshot = gpuguard::snapshot(false);
-  nb::dict out;
-  for (const auto& [device, c] : snapshot.devices) {
-    nb::dict d;
-    d["live_bytes"] = c.current_bytes;
-    d["peak_bytes"] = c.peak_bytes;
-    d["phase_peak_bytes"] = c.phase_peak_bytes;
-    d["total_bytes"] = c.total_bytes;
-    d["allocations"] = c.allocations;
-    d["frees"] = c.frees;
-    d["live_allocations"] = c.live_count();
-    out[nb::int_(device)] = d;
+// Each device's counters as a tuple, in the order of python/gpuguard/__init__.py's _FIGURES.
+nb::list device_counters() {
+  nb::list out;
+  for (const auto& [device, c] : gpuguard::snapshot(false).devices) {
+    out.append(nb::make_tuple(device, c.current_bytes, c.peak_bytes, c.phase_peak_bytes, c.total_bytes,
+                              c.allocations, c.frees, c.live_count()));
   }
   return out;
 }
@@ -240,9 +273,9 @@ NB_MODULE(_native, m) {
         return false;
       }, nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none());
 
-  m.def("figures", &figures,
-        "The ledger's counters per device (host memory: -1) as a dict of dicts: live_bytes, peak_bytes, "
-        "phase_peak_bytes, total_bytes, allocations, frees, live_allocations");
+  m.def("device_counters", &device_counters,
+        "The ledger's counters per device: (device, live, peak, phase peak, total bytes, allocations, frees, "
+        "live allocations) tuples");
   m.def("reset_phase_peak", &gpuguard::reset_phase_peak,
         "Starts a new phase: each device's phase_peak_bytes becomes its live_bytes");
   m.def("_set_torch_readers", &set_torch_readers);

@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import types
+import warnings
 
 import gpuguard
 
@@ -64,6 +65,22 @@ def plain():
         out["generator_decorated"] = True
     except TypeError as error:
         out["generator_refused"] = str(error)
+
+    # A generator suspended inside its own scope: the enclosing scope exits first.
+    def holder():
+        with gpuguard.op("held"):
+            yield
+
+    suspended = holder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gpuguard.op("around"):
+            next(suspended)
+        out["around_warnings"] = [str(w.message) for w in caught]
+        suspended.close()
+    with gpuguard.op("after") as after:
+        pass
+    out["after"] = after.result
 
     # PyTorch's figures, from a stand-in `torch`: none until its CUDA state is up.
     class cuda:

@@ -113,6 +113,11 @@ check(got["step_returned"] == 2 and got["step_name"] == "step" and got["step"]["
 check(got["threaded"]["thread"] != outer["thread"] and got["threaded"]["depth"] == 0,
       "a scope on another thread is that thread's", (got["threaded"], outer["thread"]))
 check("generator_refused" in got, "decorating a generator function is refused", got.get("generator_refused"))
+check(len(got["around_warnings"]) == 1 and "'around'" in got["around_warnings"][0]
+      and "'held'" in got["around_warnings"][0], "a scope exited before one opened inside it: one warning naming both",
+      got["around_warnings"])
+check(got["after"]["depth"] == 0, "after the held scope ended, the enclosing one did too: the next is at depth 0",
+      got["after"])
 check("framework" not in got["torch_cold"], "no PyTorch figures before its CUDA state is up", got["torch_cold"])
 step = got["torch_step"]
 check(step.get("framework") == "torch" and step.get("framework_allocated_delta") == 3 * MIB
@@ -129,8 +134,12 @@ try:
                 ops.setdefault(event["name"], []).append(event)
 except OSError as error:
     check(False, "the JSONL log is written", error)
-check(sorted(ops) == ["boom", "inner", "outer", "step", "threaded", "torch_cold", "torch_step"],
+check(sorted(ops) == ["after", "around", "boom", "held", "inner", "outer", "step", "threaded", "torch_cold", "torch_step"],
       "the JSONL log has an op line for each scope", sorted(ops))
+held, around = (ops.get("held") or [{}])[0], (ops.get("around") or [{}])[0]
+check(held.get("depth") == 1 and held.get("exception") is True and around.get("depth") == 0
+      and around.get("dur", 0) >= held.get("dur", 1),
+      "the held scope (closed by GeneratorExit) inside the enclosing one, which ended after it", (held, around))
 check([e["exception"] for e in ops.get("boom", [])] == [True] and [e["depth"] for e in ops.get("inner", [])] == [1],
       "the JSONL op lines say the exception and the depth", (ops.get("boom"), ops.get("inner")))
 check(sorted(e["depth"] for e in ops.get("step", [])) == [0, 1, 2], "the recursive decorated call: three nested lines",
