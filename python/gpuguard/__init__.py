@@ -37,6 +37,7 @@ def figures():
     `gpuguard run --track` they are the interposer's: every driver allocation of the process."""
     return {row[0]: dict(zip(_FIGURES, row[1:])) for row in _native.device_counters()}
 
+
 _native._set_torch_readers(_torch.ready, _torch.memory)
 
 
