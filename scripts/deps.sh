@@ -4,9 +4,10 @@
 #   demo  the build tools and Boost.Stacktrace's headers: what scripts/demo.sh needs (Debian)
 #   test  the demo's, plus GoogleTest, Google Benchmark, headless chromium for the report's browser
 #         test, Prometheus with node_exporter and Slurm with munge for the cluster tests, which
-#         start them on loopback (Debian), and from PyPI jsonschema, prometheus-client, PyYAML
-#         and torch 2.11.0 (3.9 GB installed, with the CUDA libraries it pulls in) for the LibTorch
-#         adapter and the Python process tests
+#         start them on loopback, Python's headers for the wheel (Debian), and from PyPI
+#         jsonschema, prometheus-client, PyYAML, scikit-build-core, nanobind and torch 2.11.0
+#         (3.9 GB installed, with the CUDA libraries it pulls in) for the LibTorch adapter, the
+#         wheel and the Python process tests
 #   sanitize  what scripts/sanitize.sh builds and runs: the demo's, GoogleTest, and jsonschema and
 #         prometheus-client (g++ brings the sanitizers' runtimes)
 #   lint  clang-tidy (Debian)
@@ -23,12 +24,14 @@ base=(cmake ninja-build g++ python3 libboost-stacktrace-dev nlohmann-json3-dev l
 case "$profile" in
   demo) packages=("${base[@]}"); modules=() ;;
   test) packages=("${base[@]}" libgtest-dev libgmock-dev libbenchmark-dev chromium fonts-dejavu-core
-                  prometheus prometheus-node-exporter slurm-wlm munge)
+                  prometheus prometheus-node-exporter slurm-wlm munge python3-dev)
         # prometheus-client's text parser and jsonschema check gpuguard's outputs (the tests fall
         # back to structural checks without them, and say so); torch (the GPU machine's version)
         # builds the LibTorch adapter and runs the real PyTorch DataLoader job of cli.run.torch.
-        # PyYAML reads the Kubernetes manifests of deploy/ (cluster.kubernetes).
-        modules=(jsonschema:jsonschema prometheus_client:prometheus-client yaml:pyyaml torch:torch==2.11.0) ;;
+        # PyYAML reads the Kubernetes manifests of deploy/ (cluster.kubernetes); scikit-build-core
+        # and nanobind build the wheel (python.wheel), against Python's headers (python3-dev).
+        modules=(jsonschema:jsonschema prometheus_client:prometheus-client yaml:pyyaml
+                 scikit_build_core:scikit-build-core nanobind:nanobind torch:torch==2.11.0) ;;
   sanitize) packages=("${base[@]}" libgtest-dev libgmock-dev)
             modules=(jsonschema:jsonschema prometheus_client:prometheus-client) ;;
   lint) packages=(clang-tidy); modules=() ;;
