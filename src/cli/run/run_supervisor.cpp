@@ -737,8 +737,12 @@ void start_command(anchor_state& a, const exec_plan& plan) {
   } else {
     send_message(a.message_fd, msg_started, a.command);
     // In a PID namespace the supervisor finds CMD's PID in its own namespace by what we said: CMD
-    // stays our child, if only a zombie, until it has.
-    if (a.in_namespace) { wait_for_word(a, 'a'); }
+    // stays our child, if only a zombie, until it has. A supervisor that dies meanwhile (end of
+    // file) is found gone by watch_supervisor, which then ends the job as after any other death.
+    if (a.in_namespace) {
+      char word = 0;
+      while (::read(a.control_fd, &word, 1) < 0 && errno == EINTR) {}
+    }
   }
 }
 
