@@ -3,6 +3,7 @@
 
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/testing.hpp>
 #include <gpuguard/core/tracking_resource.hpp>
 
 #include <gtest/gtest.h>
@@ -39,6 +40,7 @@ TEST_P(tracking_gpu, ledger_matches_driver_for_large_allocations) {
   const int device = gpuguard::current_device();
   gpuguard::tracking_resource tracked(upstream(), device);
   const gpuguard::scoped_current_resource under_guards(tracked, device);
+  gpuguard::testing::limit_peak(1024 * mib, device);  // the four buffers below, not a byte more
   const gpuguard::stream stream;
   const gpuguard::counters before = gpuguard::device_counters(device);
   const std::size_t used_before = device_used_bytes();
