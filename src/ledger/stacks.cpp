@@ -2,6 +2,8 @@
 // libboost_stacktrace_backtrace here, header-only addr2line or basic elsewhere) is chosen by CMake.
 #include "ledger/stacks.hpp"
 
+#include "ledger/frame_walk.hpp"
+
 #include "util/addr2line.hpp"
 #include "util/immovable.hpp"
 #include "util/program_path.hpp"
@@ -173,8 +175,8 @@ struct cached_stack {
   std::uintptr_t anchor = 0;   // the capture's frame address; 0: empty
   std::size_t wanted = 0;
   std::size_t count = 0;
-  std::array<void*, max_stack_depth> ips{};
-  std::array<void* const*, max_stack_depth> slots{};
+  std::array<void*, max_stack_depth + 1> ips{};  // + 1: capture_native asks for its own frame too
+  std::array<void* const*, max_stack_depth + 1> slots{};
 };
 
 struct stack_cache {
@@ -202,22 +204,14 @@ stack_cache* thread_cache() noexcept {
   if (this_thread_cache != nullptr) { return this_thread_cache == cache_gone ? nullptr : this_thread_cache; }
   static thread_local cache_owner owner;  // frees the cache when the thread ends
   static_cast<void>(owner);
-  auto* made = new (std::nothrow) stack_cache();
-  pthread_attr_t attr;
-  void* low = nullptr;
-  std::size_t size = 0;
-  if (made != nullptr && ::pthread_getattr_np(::pthread_self(), &attr) == 0) {
-    if (::pthread_attr_getstack(&attr, &low, &size) == 0) {
-      made->stack_low = reinterpret_cast<std::uintptr_t>(low);
-      made->stack_high = made->stack_low + size;
-    }
-    ::pthread_attr_destroy(&attr);
-  }
-  if (made == nullptr || made->stack_high == 0) {
-    delete made;
+  const stack_bounds bounds = thread_stack_bounds();
+  auto* made = bounds.high != 0 ? new (std::nothrow) stack_cache() : nullptr;
+  if (made == nullptr) {
     this_thread_cache = cache_gone;
     return nullptr;
   }
+  made->stack_low = bounds.low;
+  made->stack_high = bounds.high;
   this_thread_cache = made;
   return made;
 }
@@ -267,9 +261,86 @@ __attribute__((noinline)) std::size_t capture_cached(void** frames, std::size_t 
   return walk.count;
 }
 
+// ---- the frame-pointer walk, and when its frames are used -----------------------------------------
+//
+// gpuguard is built with frame pointers, and so may be the program around it; where every function
+// between the capture and the depth asked for keeps the chain, a walk of it (frame_walk.hpp) gives
+// the same frames as the unwinder for a few loads each, whatever the chain of calls, where the cache
+// above answers only the chains it has seen at the same stack address. Where a function does not keep
+// the chain (vendor libraries, the C library, a program built without frame pointers) a walk stops
+// there or skips its caller, so its frames are used only where it is known not to: each step of a
+// walk passes a return address, and the function that address returns into keeps the chain at that
+// call or does not, every time. The first walk that meets an address it knows nothing of unwinds by
+// the tables as well and compares the two, frame by frame (return address and the stack slot it lies
+// in): each address at which both still agree on the next frame keeps the chain, the address after
+// which they part does not (frame_walk.cpp keeps the verdicts). A walk whose every step passed a
+// known-good address is used; one that meets a known-bad address, or that the unwinder could not
+// vouch for, goes to the cached unwinder, as do captures with fast_unwind=0. A walk that ended before
+// `depth` counts its last address as a step: only an address after which the unwinder found no
+// frame either (the stack's outermost) lets it end early.
+
+// Unwinds by the tables from the caller's frame and learns what the walk's addresses are, from the
+// frames both agree on. Always inlined into capture_native, so that the unwinder's first frame is
+// the walk's first. Returns the unwound count, frames in `frames`.
+__attribute__((always_inline)) inline std::size_t unwind_and_learn(void** frames, std::size_t depth, void* const* ips,
+                                                                   void* const* const* slots, std::size_t walked) noexcept {
+  std::array<void*, max_stack_depth> unwound{};
+  std::array<void* const*, max_stack_depth> unwound_slots{};
+  unwind_walk walk;
+  walk.wanted = depth;
+  walk.ips = unwound.data();
+  walk.slots = unwound_slots.data();
+  _Unwind_Backtrace(record_frame, &walk);
+  const auto agree = [&](std::size_t i) {
+    return i < walked && i < walk.count && ips[i] == unwound[i] && slots[i] == unwound_slots[i];
+  };
+  for (std::size_t i = 0; agree(i); ++i) {
+    if (i + 1 < walk.count) {
+      learn_verdict(ips[i], agree(i + 1) ? frame_verdict::chained : frame_verdict::broken);
+    } else if (walk.count < depth) {  // the unwinder's last frame: the walk must end here too
+      learn_verdict(ips[i], walked == i + 1 ? frame_verdict::chained : frame_verdict::broken);
+    }
+  }
+  // An address the comparison could not settle (the two parted before it) is not asked about again.
+  for (std::size_t i = 0; i < walked; ++i) {
+    if (verdict_of(ips[i]) == frame_verdict::unknown) {
+      learn_verdict(ips[i], frame_verdict::broken);
+      break;
+    }
+  }
+  std::memcpy(frames, unwound.data(), walk.count * sizeof(void*));
+  return walk.count;
+}
+
+// Not inlined: the walk starts at its frame, and the cached unwinder's first frame is its own.
+__attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t depth) noexcept {
+  if (fast_unwind()) {
+    std::array<void*, max_stack_depth> ips;            // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+    std::array<void* const*, max_stack_depth> slots;   // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+    const std::size_t walked = walk_frame_pointers(__builtin_frame_address(0), thread_stack_bounds(), ips.data(),
+                                                   slots.data(), depth);
+    const std::size_t steps = walked == depth ? walked - 1 : walked;  // the last frame's step matters if it ended early
+    frame_verdict worst = walked > 0 ? frame_verdict::chained : frame_verdict::broken;
+    for (std::size_t i = 0; i < steps && worst == frame_verdict::chained; ++i) { worst = verdict_of(ips[i]); }
+    if (worst == frame_verdict::chained) {
+      std::memcpy(frames, ips.data(), walked * sizeof(void*));
+      return walked;
+    }
+    if (worst == frame_verdict::unknown && !verdicts_full()) {
+      return unwind_and_learn(frames, depth, ips.data(), slots.data(), walked);
+    }
+  }
+  // The cached unwinder's frames start with the return address into this function: one more, dropped.
+  std::array<void*, max_stack_depth + 1> all;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+  const std::size_t got = capture_cached(all.data(), depth + 1);
+  if (got <= 1) { return 0; }
+  std::memcpy(frames, all.data() + 1, (got - 1) * sizeof(void*));
+  return got - 1;
+}
+
 #else
 
-std::size_t capture_cached(void** frames, std::size_t depth) noexcept { return capture_frames(frames, depth); }
+std::size_t capture_native(void** frames, std::size_t depth) noexcept { return capture_frames(frames, depth); }
 
 #endif
 
@@ -285,9 +356,9 @@ std::uint64_t cached_captures() noexcept {
 
 std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept {
   const std::size_t ranges = skipped_count.load(std::memory_order_acquire);
-  if (ranges == 0) { return capture_cached(frames, std::min(depth, max_stack_depth)); }
+  if (ranges == 0) { return capture_native(frames, std::min(depth, max_stack_depth)); }
   std::array<void*, max_stack_depth> all{};
-  const std::size_t got = capture_cached(all.data(), max_stack_depth);
+  const std::size_t got = capture_native(all.data(), max_stack_depth);
   std::size_t first = 0;
   while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
   const std::size_t count = std::min(got - first, depth);

@@ -3,6 +3,8 @@
 // the cached frames.
 #include "ledger/stacks.hpp"
 
+#include "ledger/frame_walk.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,6 +15,16 @@
 namespace {
 
 using frames_t = std::vector<void*>;
+
+// The cache serves the unwinder: these captures do not take the frame-pointer walk.
+struct unwinder_only {
+  unwinder_only() { gpuguard::detail::set_fast_unwind(false); }
+  unwinder_only(const unwinder_only&) = delete;
+  unwinder_only& operator=(const unwinder_only&) = delete;
+  unwinder_only(unwinder_only&&) = delete;
+  unwinder_only& operator=(unwinder_only&&) = delete;
+  ~unwinder_only() { gpuguard::detail::set_fast_unwind(true); }
+};
 
 __attribute__((noinline)) frames_t capture_here() {
   std::array<void*, 16> frames{};
@@ -37,6 +49,7 @@ __attribute__((noinline)) frames_t from_b() {
 __attribute__((noinline)) frames_t from(bool a) { return a ? from_a() : from_b(); }
 
 TEST(stack_cache, repeats_the_unwound_frames_for_the_same_chain) {
+  const unwinder_only unwinder;
   const std::uint64_t hits_before = gpuguard::detail::cached_captures();
   std::vector<frames_t> got;
   got.reserve(6);
@@ -49,6 +62,7 @@ TEST(stack_cache, repeats_the_unwound_frames_for_the_same_chain) {
 }
 
 TEST(stack_cache, another_chain_at_the_same_address_is_unwound_again) {
+  const unwinder_only unwinder;
   // Alternating from one call site: the captures start at the same stack address each time, and
   // the chains differ only in from_a or from_b (the return addresses into them and into from).
   std::vector<frames_t> a;
