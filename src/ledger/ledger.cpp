@@ -10,6 +10,7 @@
 #include "ledger/deferred_source.hpp"
 #include "ledger/ledger_state.hpp"
 #include "ledger/memory_events.hpp"
+#include "ledger/frame_walk.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>
@@ -450,6 +451,7 @@ void configure_ledger(const options& opts) noexcept {
                        std::memory_order_relaxed);
   st.abort_on_error.store(opts.abort_on_error, std::memory_order_relaxed);
   st.stacks.store(static_cast<int>(opts.stacks), std::memory_order_relaxed);
+  detail::set_fast_unwind(opts.fast_unwind);
 }
 
 // ---- tags and the rest of the core ---------------------------------------------------------------

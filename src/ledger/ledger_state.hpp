@@ -41,7 +41,7 @@ struct ledger_state {
   alignas(64) std::atomic<std::uint64_t> inherited_through{0};
   // Holders that need every counter shared (the outputs, while the JSONL log or trace is on).
   std::atomic<int> shared_holds{0};
-  std::atomic<int> stacks{static_cast<int>(stack_mode::off)};
+  std::atomic<int> stacks{static_cast<int>(stack_mode::all)};  // options::stacks' default
   std::atomic<std::uint32_t> stack_sample{64};
   std::atomic<std::uint32_t> stack_depth{16};
   std::atomic<bool> abort_on_error{false};

@@ -188,6 +188,7 @@ constexpr key_entry keys[] = {
     make_key<enum_key<&options::stacks>>("stacks", "when allocation-site stacks are captured"),
     make_key<integer_key<&options::stack_sample, 1, 1000000>>("stack_sample", "1 in N allocations gets a stack when stacks=sampled"),
     make_key<integer_key<&options::stack_depth, 1, 64>>("stack_depth", "frames kept per stack"),
+    make_key<bool_key<&options::fast_unwind>>("fast_unwind", "walk frame pointers where they hold; 0 = always unwind by the tables"),
     make_key<bool_key<&options::abort_on_error>>("abort_on_error", "misuse (double free, ...) aborts the process"),
     make_key<bool_key<&options::leak_report>>("leak_report", "text leak report on stderr at exit"),
     make_key<string_key<&options::leak_json>>("leak_json", "path of a JSON leak report written at exit; empty = none"),

@@ -39,6 +39,7 @@ std::string one_error(std::string_view text) {
   EXPECT_EQ(parsed.values.stacks, defaults.stacks);
   EXPECT_EQ(parsed.values.stack_sample, defaults.stack_sample);
   EXPECT_EQ(parsed.values.stack_depth, defaults.stack_depth);
+  EXPECT_EQ(parsed.values.fast_unwind, defaults.fast_unwind);
   EXPECT_EQ(parsed.values.abort_on_error, defaults.abort_on_error);
   EXPECT_EQ(parsed.values.leak_report, defaults.leak_report);
   EXPECT_EQ(parsed.values.leak_json, defaults.leak_json);
@@ -78,9 +79,10 @@ constexpr const char* bytes_expected =
 
 TEST(options, defaults) {
   const options o;
-  EXPECT_EQ(o.stacks, stack_mode::off);
+  EXPECT_EQ(o.stacks, stack_mode::all);
   EXPECT_EQ(o.stack_sample, 64U);
   EXPECT_EQ(o.stack_depth, 16U);
+  EXPECT_TRUE(o.fast_unwind);
   EXPECT_FALSE(o.abort_on_error);
   EXPECT_TRUE(o.leak_report);
   EXPECT_EQ(o.leak_json, "");
@@ -184,14 +186,14 @@ TEST(options, empty_text_gives_base) {
   const options o = parse_ok("", base);
   EXPECT_EQ(o.stack_depth, 7U);
   EXPECT_EQ(o.leak_json, "x.json");
-  EXPECT_EQ(o.stacks, stack_mode::off);
+  EXPECT_EQ(o.stacks, stack_mode::all);
 }
 
 TEST(options, empty_items_are_skipped) {
-  EXPECT_EQ(parse_ok(":").stacks, stack_mode::off);
-  EXPECT_EQ(parse_ok(":::").stacks, stack_mode::off);
-  const options o = parse_ok(":stacks=all::stack_depth=3:");
-  EXPECT_EQ(o.stacks, stack_mode::all);
+  EXPECT_EQ(parse_ok(":").stacks, stack_mode::all);
+  EXPECT_EQ(parse_ok(":::").stacks, stack_mode::all);
+  const options o = parse_ok(":stacks=sampled::stack_depth=3:");
+  EXPECT_EQ(o.stacks, stack_mode::sampled);
   EXPECT_EQ(o.stack_depth, 3U);
   EXPECT_EQ(parse_ok("::leak_sites=5::").leak_sites, 5U);
 }
@@ -236,18 +238,24 @@ TEST(options, stack_depth) {
 }
 
 TEST(options, booleans) {
-  for (const char* key : {"abort_on_error", "leak_report", "strict"}) {
+  const auto value_of = [](const std::string& k, const options& o) {
+    return k == "abort_on_error" ? o.abort_on_error : k == "leak_report" ? o.leak_report
+                                                    : k == "fast_unwind" ? o.fast_unwind : o.strict;
+  };
+  for (const char* key : {"abort_on_error", "leak_report", "strict", "fast_unwind"}) {
     const std::string k = key;
+    options all_false;
+    all_false.abort_on_error = all_false.leak_report = all_false.strict = all_false.fast_unwind = false;
     for (const char* yes : {"1", "true", "yes"}) {
-      const options o = parse_ok(k + "=" + yes);
-      const bool value = k == "abort_on_error" ? o.abort_on_error : k == "leak_report" ? o.leak_report : o.strict;
+      const options o = parse_ok(k + "=" + yes, all_false);
+      const bool value = value_of(k, o);
       EXPECT_TRUE(value) << k << "=" << yes;
     }
     options all_true;
-    all_true.abort_on_error = all_true.leak_report = all_true.strict = true;
+    all_true.abort_on_error = all_true.leak_report = all_true.strict = all_true.fast_unwind = true;
     for (const char* no : {"0", "false", "no"}) {
       const options o = parse_ok(k + "=" + no, all_true);
-      const bool value = k == "abort_on_error" ? o.abort_on_error : k == "leak_report" ? o.leak_report : o.strict;
+      const bool value = value_of(k, o);
       EXPECT_FALSE(value) << k << "=" << no;
     }
     for (const char* bad : {"", "2", "TRUE", "on", "off", "y", "01"}) {
@@ -505,23 +513,23 @@ TEST(process_options, unset_environment_gives_defaults) {
   ASSERT_TRUE(WIFEXITED(r.status));
   EXPECT_EQ(WEXITSTATUS(r.status), 0);
   EXPECT_EQ(r.stderr_text, "");
-  EXPECT_EQ(r.stacks, "off");
+  EXPECT_EQ(r.stacks, "all");
 }
 
 TEST(process_options, reads_the_environment_once) {
-  const child_result r = run_process_options("stacks=all");
+  const child_result r = run_process_options("stacks=off");  // not the default
   ASSERT_TRUE(WIFEXITED(r.status));
   EXPECT_EQ(WEXITSTATUS(r.status), 0);
   EXPECT_EQ(r.stderr_text, "");
-  EXPECT_EQ(r.stacks, "all");
+  EXPECT_EQ(r.stacks, "off");
 }
 
 TEST(process_options, bad_key_prints_one_line_and_continues) {
-  const child_result r = run_process_options("stackz=all:stacks=all");
+  const child_result r = run_process_options("stackz=all:stacks=off");
   ASSERT_TRUE(WIFEXITED(r.status));
   EXPECT_EQ(WEXITSTATUS(r.status), 0);
   EXPECT_EQ(r.stderr_text, "gpuguard: GPUGUARD_OPTIONS: unknown key 'stackz' (value 'all'); ignored\n");
-  EXPECT_EQ(r.stacks, "all");
+  EXPECT_EQ(r.stacks, "off");
 }
 
 TEST(process_options, one_line_per_error) {

@@ -27,6 +27,14 @@ namespace {
 constexpr int device = 3;  // a device no other record here uses
 constexpr std::size_t bytes = 256;
 
+// Options under which deferring starts: stacks off (they are on by default, and a stack is the
+// calling thread's).
+options deferrable() {
+  options opts;
+  opts.stacks = stack_mode::off;
+  return opts;
+}
+
 const void* address(std::uintptr_t i) {
   return reinterpret_cast<const void*>((std::uintptr_t{1} << 40U) + i * 4096);  // NOLINT(performance-no-int-to-ptr)
 }
@@ -49,7 +57,7 @@ void record_allocation_now(std::uintptr_t i) { record_allocation({address(i), by
 void record_free_now(std::uintptr_t i) { static_cast<void>(record_interposed_free(address(i), device, nullptr)); }
 
 TEST(deferred_recording, one_thread_calls_are_deferred_and_every_reading_sees_them_all) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   hold_drainer(true);  // the ring's last calls are left to the reader below
   constexpr std::uintptr_t pairs = 20000;  // more than the ring holds: this thread records the rest
   for (std::uintptr_t i = 0; i < pairs; ++i) {
@@ -80,7 +88,7 @@ TEST(deferred_recording, one_thread_calls_are_deferred_and_every_reading_sees_th
 }
 
 TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   constexpr std::uintptr_t pairs = 100000;
   std::atomic<bool> done{false};
   std::atomic<bool> all_deferred{true};
@@ -108,7 +116,7 @@ TEST(deferred_recording, a_reader_while_calls_are_deferred_sees_a_whole_prefix) 
 }
 
 TEST(deferred_recording, a_second_thread_ends_deferring_after_what_the_ring_held) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   hold_drainer(true);                // the allocation stays in the ring
   ASSERT_TRUE(defer_allocation(1));  // this thread owns the ring now
   bool second_deferred = true;
@@ -133,7 +141,7 @@ TEST(deferred_recording, a_second_thread_ends_deferring_after_what_the_ring_held
 }
 
 TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   hold_drainer(true);
   ASSERT_TRUE(defer_allocation(1));
   const scoped_tag tag("after");
@@ -155,7 +163,7 @@ TEST(deferred_recording, a_tag_ends_deferring_and_the_ring_is_recorded_first) {
 // thread owns the ring, the process has one device whose pool is noted, and no framework is
 // loaded or to be looked for; any change of those closes it, and only the owner's calls take it.
 TEST(deferred_recording, the_common_path_is_open_only_while_each_of_its_conditions_holds) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   hold_drainer(true);
   hot.one_device.store(1);
   hot.async_devices.store(1);
@@ -210,7 +218,7 @@ TEST(deferred_recording, the_common_path_is_open_only_while_each_of_its_conditio
 // itself sees the scope and records at once (the owner's later calls read only the mode).
 TEST(deferred_recording, a_scope_before_the_first_call_keeps_every_call_recorded_at_once) {
   op_scope scope("before");
-  start_deferring(options{});
+  start_deferring(deferrable());
   EXPECT_FALSE(defer_allocation(1));
   EXPECT_STREQ(recording_mode(), "at_once");
   record_allocation_now(1);
@@ -222,7 +230,7 @@ TEST(deferred_recording, a_scope_before_the_first_call_keeps_every_call_recorded
 // Calls made before the process's first operation scope opened are not counted in it: they are
 // recorded as it opens, before it reads its start.
 TEST(deferred_recording, the_first_scope_counts_only_the_calls_made_inside_it) {
-  start_deferring(options{});
+  start_deferring(deferrable());
   hold_drainer(true);
   for (std::uintptr_t i = 0; i < 100; ++i) { ASSERT_TRUE(defer_allocation(i)); }
   op_result here;
@@ -251,12 +259,14 @@ TEST(deferred_recording, stacks_keep_every_call_recorded_at_once) {
   opts.stacks = stack_mode::sampled;
   start_deferring(opts);
   EXPECT_FALSE(defer_allocation(1));
+  start_deferring(options{});  // stacks=all, the default
+  EXPECT_FALSE(defer_allocation(2));
   EXPECT_STREQ(recording_mode(), "at_once");
 }
 
 TEST(deferred_recording, track_defer_0_keeps_every_call_recorded_at_once) {
   ASSERT_EQ(::setenv("GPUGUARD_TRACK_DEFER", "0", 1), 0);
-  start_deferring(options{});
+  start_deferring(deferrable());
   EXPECT_FALSE(defer_allocation(1));
   EXPECT_STREQ(recording_mode(), "at_once");
 }

@@ -54,8 +54,8 @@ if GPU and not gpu_usable():
 
 with tempfile.TemporaryDirectory() as tmp:
     json_path = os.path.join(tmp, "leaks.json")
-    leaked = run("leak" if not GPU else "gpu",
-                 "%s:stacks=all:leak_json=%s:leak_exitcode=23" % (device_option, json_path))
+    # No stacks option: the default (stacks=all) names each site's file:line.
+    leaked = run("leak" if not GPU else "gpu", "%s:leak_json=%s:leak_exitcode=23" % (device_option, json_path))
     err = leaked.stderr
     check(leaked.returncode == 23, "leak_exitcode=23 gives status 23, got %d" % leaked.returncode, err)
     check("LEAK: 7.0 MiB in 4 allocations still live, from 2 sites" in err, "headline", err)
@@ -69,6 +69,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(re.search(r"leak_small_blocks.* at \S*leak_child\.cpp:%d\b" % small_line, err),
           "small site names leak_child.cpp:%d" % small_line, err)
     check("2.0 MiB" not in err.split("LEAK:")[1], "the freed 2 MiB buffer is not reported", err)
+    check("no stack" not in err, "stacks are on by default: no hint", err)
     check("leak_child: %s done" % ("gpu" if GPU else "leak") in leaked.stdout, "stdout flushed", leaked.stdout)
 
     with open(json_path) as f:
@@ -86,6 +87,13 @@ with tempfile.TemporaryDirectory() as tmp:
         clean = run("clean", "device=host:leak_exitcode=23")
         check(clean.returncode == 0, "no leaks: status unchanged (0), got %d" % clean.returncode, clean.stderr)
         check("[gpuguard] no leaks" in clean.stderr, "no-leak summary line", clean.stderr)
+
+        # Stacks turned off: each site says how to get its stack.
+        nostack = run("leak", "device=host:stacks=off")
+        check("LEAK: 7.0 MiB in 4 allocations still live" in nostack.stderr and
+              nostack.stderr.count("(no stack: run with GPUGUARD_OPTIONS=stacks=all") >= 1 and
+              "leak_child.cpp" not in nostack.stderr,
+              "stacks=off: the sites name no line, and say how to get them", nostack.stderr)
 
         quiet = run("leak", "device=host:leak_report=0")
         check(quiet.returncode == 0, "leaks without leak_exitcode keep status 0")

@@ -19,7 +19,7 @@ namespace gpuguard {
 enum class stack_mode {
   off,      ///< never: every allocation is one "unknown" site per tag
   sampled,  ///< one allocation in `stack_sample`
-  all,      ///< every allocation
+  all,      ///< every allocation (the default)
 };
 
 /// Which memory the tracking resources sit on.
@@ -44,9 +44,10 @@ inline constexpr std::uint32_t max_queue_capacity = 1048576;
 
 /// Every option, with its default. The keys of `GPUGUARD_OPTIONS` are the member names.
 struct options {
-  stack_mode stacks = stack_mode::off;   ///< key `stacks`: off | sampled | all
+  stack_mode stacks = stack_mode::all;   ///< key `stacks`: off | sampled | all
   std::uint32_t stack_sample = 64;       ///< key `stack_sample`: 1 in N allocations when sampled (1..1000000)
   std::uint32_t stack_depth = 16;        ///< key `stack_depth`: frames kept per stack (1..64)
+  bool fast_unwind = true;               ///< key `fast_unwind`: walk frame pointers where they hold (0 = always the unwind tables)
   bool abort_on_error = false;           ///< key `abort_on_error`: misuse (double free, ...) aborts
   bool leak_report = true;               ///< key `leak_report`: text leak report on stderr at exit
   std::string leak_json;                 ///< key `leak_json`: path of a JSON leak report at exit ("" = none)
