@@ -8,9 +8,21 @@
 //       With more than one thread, the counter threads_sharing_a_shard says how many threads
 //       reuse a block whose record shares its shard of the live table with another's.
 //   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
-//       the same pair with stacks=all, or stacks=sampled with stack_sample=64.
+//       the same pair with stacks=all, or stacks=sampled with stack_sample=64, run 16 calls below
+//       the benchmark function in the bench's own code, built with frame pointers as gpuguard is:
+//       the 16 frames a capture keeps (stack_depth's default) lie in code with frame pointers, as in
+//       an application built so. The stacks come from the frame-pointer walk.
+//   BM_host_pair_stacks_all/tracked_unwinder/real_time
+//       the same as stacks_all/tracked with fast_unwind=0: every stack by the unwind tables, through
+//       the per-thread capture cache (which answers this loop's one repeated stack).
+//   BM_host_pair_stacks_all_sites/{tracked,tracked_unwinder}/real_time
+//       stacks=all with the pairs made at 8 call sites in turn, all at the same stack depth, with
+//       the frame-pointer walk or with fast_unwind=0: 8 stacks starting at one stack address are
+//       more than the capture cache keeps for that address, as an application's many sites are.
 //   BM_cuda_malloc_pair/{untracked,tracked}/real_time
 //       one cudaMalloc+cudaFree of 1 MiB per iteration.
+//   BM_cuda_malloc_pair/tracked_stacks/real_time
+//       the same tracked, with stacks=all (the default, so that the leak report names each site).
 //   BM_cuda_async_pair/{untracked,tracked}/real_time
 //       one cudaMallocAsync+cudaFreeAsync of 1 MiB on one stream per iteration.
 //   BM_cuda_async_pair/alternating/real_time
@@ -93,18 +105,22 @@ gpuguard::tracking_resource& tracked_host() {
   return resource;
 }
 
-/// The process's options (GPUGUARD_OPTIONS on top of the defaults) with the given stack mode.
-gpuguard::options with_stacks(gpuguard::stack_mode mode) {
+/// The process's options (GPUGUARD_OPTIONS on top of the defaults) with the given stack mode, and
+/// stacks taken by the frame-pointer walk where it holds (fast) or always by the unwind tables.
+gpuguard::options with_stacks(gpuguard::stack_mode mode, bool fast = true) {
   gpuguard::options opts = gpuguard::process_options();
   opts.stacks = mode;
   opts.stack_sample = sample_every;
+  opts.fast_unwind = fast;
   return opts;
 }
 
 /// Sets a stack mode for the lifetime of this object; the stacks-off options are restored after.
 class stacks_scope {
  public:
-  explicit stacks_scope(gpuguard::stack_mode mode) { gpuguard::configure_ledger(with_stacks(mode)); }
+  explicit stacks_scope(gpuguard::stack_mode mode, bool fast = true) {
+    gpuguard::configure_ledger(with_stacks(mode, fast));
+  }
   stacks_scope(const stacks_scope&) = delete;
   stacks_scope& operator=(const stacks_scope&) = delete;
   stacks_scope(stacks_scope&&) = delete;
@@ -161,22 +177,69 @@ void BM_host_pair_untracked(benchmark::State& state) { pairs(state, host(), host
 void BM_host_pair_tracked(benchmark::State& state) { pairs(state, tracked_host(), host_bytes); }
 
 // ---- b. host, stacks on ---------------------------------------------------------------------------
+// Calls below the benchmark function before the pairs, so that a capture's 16 frames lie in this
+// file's code (built with frame pointers) and gpuguard's, not in Google Benchmark's library.
+constexpr int stack_nesting = 16;
+
+template <class Body>
+__attribute__((noinline)) void nested(int levels, const Body& body) {
+  if (levels == 0) {
+    body();
+  } else {
+    nested(levels - 1, body);
+  }
+  asm volatile("" ::: "memory");  // no tail call: each level keeps its frame
+}
+
+void nested_pairs(benchmark::State& state, gpuguard::memory_resource& resource) {
+  nested(stack_nesting, [&] { pairs(state, resource, host_bytes); });
+}
+
 void BM_host_pair_stacks_all_untracked(benchmark::State& state) {
   const stacks_scope stacks(gpuguard::stack_mode::all);
-  pairs(state, host(), host_bytes);
+  nested_pairs(state, host());
 }
 void BM_host_pair_stacks_all_tracked(benchmark::State& state) {
   const stacks_scope stacks(gpuguard::stack_mode::all);
-  pairs(state, tracked_host(), host_bytes);
+  nested_pairs(state, tracked_host());
+}
+void BM_host_pair_stacks_all_tracked_unwinder(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::all, false);
+  nested_pairs(state, tracked_host());
 }
 void BM_host_pair_stacks_sampled_untracked(benchmark::State& state) {
   const stacks_scope stacks(gpuguard::stack_mode::sampled);
-  pairs(state, host(), host_bytes);
+  nested_pairs(state, host());
 }
 void BM_host_pair_stacks_sampled_tracked(benchmark::State& state) {
   const stacks_scope stacks(gpuguard::stack_mode::sampled);
-  pairs(state, tracked_host(), host_bytes);
+  nested_pairs(state, tracked_host());
 }
+
+// One pair from call site I: each I is its own function, so its stacks differ from the others'
+// only in the return address into it.
+template <int I>
+__attribute__((noinline)) void pair_at_site(gpuguard::memory_resource& resource) {
+  void* ptr = resource.allocate(host_bytes);
+  benchmark::DoNotOptimize(ptr);
+  resource.deallocate(ptr, host_bytes);
+  asm volatile("" ::: "memory");
+}
+
+void pairs_at_sites(benchmark::State& state, bool fast) {
+  const stacks_scope stacks(gpuguard::stack_mode::all, fast);
+  using site_fn = void (*)(gpuguard::memory_resource&);
+  constexpr std::array<site_fn, 8> sites = {pair_at_site<0>, pair_at_site<1>, pair_at_site<2>, pair_at_site<3>,
+                                            pair_at_site<4>, pair_at_site<5>, pair_at_site<6>, pair_at_site<7>};
+  gpuguard::memory_resource& resource = tracked_host();
+  nested(stack_nesting, [&] {
+    std::size_t next = 0;
+    for (auto _ : state) { sites[next++ % sites.size()](resource); }
+  });
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_host_pair_stacks_all_sites_tracked(benchmark::State& state) { pairs_at_sites(state, true); }
+void BM_host_pair_stacks_all_sites_tracked_unwinder(benchmark::State& state) { pairs_at_sites(state, false); }
 
 // ---- c. CUDA --------------------------------------------------------------------------------------
 bool gpu_or_skip(benchmark::State& state) {
@@ -227,6 +290,10 @@ void BM_cuda_malloc_pair_untracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_pairs(state, cuda_plain()); }
 }
 void BM_cuda_malloc_pair_tracked(benchmark::State& state) {
+  if (gpu_or_skip(state)) { cuda_pairs(state, tracked_cuda_plain()); }
+}
+void BM_cuda_malloc_pair_tracked_stacks(benchmark::State& state) {
+  const stacks_scope stacks(gpuguard::stack_mode::all);
   if (gpu_or_skip(state)) { cuda_pairs(state, tracked_cuda_plain()); }
 }
 void BM_cuda_async_pair_untracked(benchmark::State& state) {
@@ -407,6 +474,13 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_all/tracked", BM_host_pair_stacks_all_tracked)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_all/tracked_unwinder", BM_host_pair_stacks_all_tracked_unwinder)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_all_sites/tracked", BM_host_pair_stacks_all_sites_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pair_stacks_all_sites/tracked_unwinder",
+                               BM_host_pair_stacks_all_sites_tracked_unwinder)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_sampled/untracked",
                                BM_host_pair_stacks_sampled_untracked)
       ->UseRealTime();
@@ -416,6 +490,8 @@ void register_benchmarks() {
   benchmark::RegisterBenchmark("BM_cuda_malloc_pair/untracked", BM_cuda_malloc_pair_untracked)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_malloc_pair/tracked", BM_cuda_malloc_pair_tracked)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_malloc_pair/tracked_stacks", BM_cuda_malloc_pair_tracked_stacks)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/untracked", BM_cuda_async_pair_untracked)
       ->UseRealTime();

@@ -89,8 +89,9 @@ __attribute__((no_sanitize_address, no_sanitize_thread)) std::size_t walk_frame_
   return count;
 }
 
-frame_verdict verdict_of(const void* return_address) noexcept {
-  const auto address = reinterpret_cast<std::uintptr_t>(return_address);
+namespace {
+
+inline frame_verdict look_up_verdict(std::uintptr_t address) noexcept {
   const std::size_t home = home_of(address);
   for (std::size_t probe = 0; probe < verdict_probes; ++probe) {
     const std::uintptr_t entry = verdicts[(home + probe) % verdict_slots].load(std::memory_order_relaxed);
@@ -98,6 +99,46 @@ frame_verdict verdict_of(const void* return_address) noexcept {
     if (entry >> 2 == address) { return static_cast<frame_verdict>(entry & 3U); }
   }
   return frame_verdict::unknown;
+}
+
+}  // namespace
+
+frame_verdict verdict_of(const void* return_address) noexcept {
+  return look_up_verdict(reinterpret_cast<std::uintptr_t>(return_address));
+}
+
+// walk_frame_pointers with each step judged on the way (one loop: the verdicts' loads overlap the
+// chain's). Not instrumented, for the same reason.
+__attribute__((no_sanitize_address, no_sanitize_thread)) judged_walk walk_judged(
+    const void* fp, stack_bounds bounds, void** ips, void* const** slots, std::size_t depth) noexcept {
+  judged_walk walk;
+  if (bounds.high <= bounds.low || bounds.high - bounds.low < 2 * sizeof(void*)) {
+    walk.worst = frame_verdict::broken;
+    return walk;
+  }
+  auto frame = reinterpret_cast<std::uintptr_t>(fp);
+  while (walk.count < depth) {
+    if (frame < bounds.low || frame > bounds.high - 2 * sizeof(void*) || frame % sizeof(void*) != 0) { break; }
+    const auto* words = reinterpret_cast<void* const*>(frame);  // NOLINT(performance-no-int-to-ptr)
+    void* const ip = words[1];
+    if (ip == nullptr) { break; }
+    ips[walk.count] = ip;
+    slots[walk.count] = &words[1];
+    if (++walk.count == depth) { break; }  // the last frame's step is not taken
+    if (walk.worst == frame_verdict::chained) {
+      const frame_verdict step = look_up_verdict(reinterpret_cast<std::uintptr_t>(ip));
+      if (step == frame_verdict::broken) {
+        walk.worst = frame_verdict::broken;
+        return walk;
+      }
+      walk.worst = step;
+    }
+    const auto next = reinterpret_cast<std::uintptr_t>(words[0]);
+    if (next <= frame) { break; }
+    frame = next;
+  }
+  if (walk.count == 0) { walk.worst = frame_verdict::broken; }
+  return walk;
 }
 
 void learn_verdict(const void* return_address, frame_verdict verdict) noexcept {

@@ -40,6 +40,18 @@ frame_verdict verdict_of(const void* return_address) noexcept;
 /// the table is full nothing more is kept and verdict_of answers unknown for the rest.
 void learn_verdict(const void* return_address, frame_verdict verdict) noexcept;
 
+/// The same walk as walk_frame_pointers (both arrays required), judging each step it takes by the
+/// verdict on the return address it steps past: `worst` is chained when every step (each frame's
+/// but the last when `depth` frames were written, each frame's when the walk ended before) is known
+/// to keep the chain, broken as soon as one is known not to (the walk stops there), else unknown
+/// (the walk goes on to `depth` unjudged, for a comparison). `worst` is broken for an empty walk.
+struct judged_walk {
+  std::size_t count = 0;
+  frame_verdict worst = frame_verdict::chained;
+};
+judged_walk walk_judged(const void* fp, stack_bounds bounds, void** ips, void* const** slots,
+                        std::size_t depth) noexcept;
+
 /// Whether the table of verdicts has run out of room (then unknown addresses are not learned).
 bool verdicts_full() noexcept;
 

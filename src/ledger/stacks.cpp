@@ -175,8 +175,8 @@ struct cached_stack {
   std::uintptr_t anchor = 0;   // the capture's frame address; 0: empty
   std::size_t wanted = 0;
   std::size_t count = 0;
-  std::array<void*, max_stack_depth + 1> ips{};  // + 1: capture_native asks for its own frame too
-  std::array<void* const*, max_stack_depth + 1> slots{};
+  std::array<void*, max_stack_depth> ips{};
+  std::array<void* const*, max_stack_depth> slots{};
 };
 
 struct stack_cache {
@@ -216,12 +216,66 @@ stack_cache* thread_cache() noexcept {
   return made;
 }
 
-// Not inlined: its frame address is the key, and the verification starts at its return address.
-__attribute__((noinline)) std::size_t capture_cached(void** frames, std::size_t depth) noexcept {
+// ---- the frame-pointer walk, and when its frames are used -----------------------------------------
+//
+// A capture the cache cannot answer (a chain of calls not seen at this stack address lately, as an
+// application's many sites are) first walks the frame-pointer chain (frame_walk.hpp): gpuguard is
+// built with frame pointers, and so may be the program around it, and where every function between
+// the capture and `depth` keeps the chain the walk gives the unwinder's frames for a few loads each.
+// Where a function does not keep it (vendor libraries, the C library, a program built without frame
+// pointers) a walk stops there or skips its caller, so its frames are used only where it is known
+// not to: each step of a walk passes a return address, and the function that address returns into
+// keeps the chain at that call or does not, every time. The first walk that meets an address it
+// knows nothing of unwinds by the tables as well and compares the two, frame by frame (return
+// address and the stack slot it lies in): each address at which both still agree on the next frame
+// keeps the chain, the address after which they part does not (frame_walk.cpp keeps the verdicts).
+// A walk whose every step passed a known-good address is used (and cached: its slots vouch for it as
+// an unwound stack's do); one that meets a known-bad address, or one the unwinder could not settle,
+// is unwound by the tables, as are all with fast_unwind=0. A walk that ended before `depth` counts
+// its last address as a step: only an address after which the unwinder found no frame either (the
+// stack's outermost) lets it end early.
+
+// Unwinds by the tables from the capture's own frame. Always inlined, so that the unwinder's first
+// frame (which record_frame passes over) is the capture's.
+__attribute__((always_inline)) inline unwind_walk unwind_here(void** ips, void* const** slots, std::size_t depth) noexcept {
+  unwind_walk walk;
+  walk.wanted = depth;
+  walk.ips = ips;
+  walk.slots = slots;
+  _Unwind_Backtrace(record_frame, &walk);
+  return walk;
+}
+
+// What a walk (ips, slots: `walked` frames) and an unwind of the same stack (`unwound`) say of the
+// walk's return addresses, from the frames both agree on.
+void learn_verdicts(void* const* ips, void* const* const* slots, std::size_t walked, const unwind_walk& unwound,
+                    std::size_t depth) noexcept {
+  const auto agree = [&](std::size_t i) {
+    return i < walked && i < unwound.count && ips[i] == unwound.ips[i] && slots[i] == unwound.slots[i];
+  };
+  for (std::size_t i = 0; agree(i); ++i) {
+    if (i + 1 < unwound.count) {
+      learn_verdict(ips[i], agree(i + 1) ? frame_verdict::chained : frame_verdict::broken);
+    } else if (unwound.count < depth) {  // the unwinder's last frame: the walk must end here too
+      learn_verdict(ips[i], walked == i + 1 ? frame_verdict::chained : frame_verdict::broken);
+    }
+  }
+  // An address the comparison could not settle (the two parted before it) is not asked about again.
+  for (std::size_t i = 0; i < walked; ++i) {
+    if (verdict_of(ips[i]) == frame_verdict::unknown) {
+      learn_verdict(ips[i], frame_verdict::broken);
+      break;
+    }
+  }
+}
+
+// Not inlined: its frame address is the cache's key, the walk and the verification start at its
+// return address, and the unwinder's first frame is its own.
+__attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t depth) noexcept {
   const auto anchor = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   stack_cache* cache = thread_cache();
   if (cache == nullptr || anchor < cache->stack_low || anchor >= cache->stack_high) {
-    return capture_frames(frames, depth);  // another stack (a fiber's, a signal's): no cache
+    return capture_frames(frames, depth);  // another stack (a fiber's, a signal's): no cache, no walk
   }
   const std::size_t first = ((anchor >> 4) ^ depth) % cache_ways;
   for (std::size_t way = 0; way < 2; ++way) {
@@ -236,21 +290,37 @@ __attribute__((noinline)) std::size_t capture_cached(void** frames, std::size_t 
     }
   }
   cached_stack fresh;
-  unwind_walk walk;
-  walk.wanted = depth;
-  walk.ips = fresh.ips.data();
-  walk.slots = fresh.slots.data();
-  _Unwind_Backtrace(record_frame, &walk);
-  std::memcpy(frames, fresh.ips.data(), walk.count * sizeof(void*));
-  bool inside = walk.consistent;
-  for (std::size_t i = 0; i < walk.count && inside; ++i) {
-    const auto slot = reinterpret_cast<std::uintptr_t>(walk.slots[i]);
-    inside = slot > anchor && slot + sizeof(void*) <= cache->stack_high;
+  std::size_t count = 0;
+  bool keep = false;
+  judged_walk walked{0, frame_verdict::broken};
+  if (fast_unwind()) {
+    walked = walk_judged(__builtin_frame_address(0), {cache->stack_low, cache->stack_high}, fresh.ips.data(),
+                         fresh.slots.data(), depth);
+    count = walked.count;
+    keep = walked.worst == frame_verdict::chained;
   }
-  if (inside && walk.count > 0) {  // a chain the slots can vouch for: keep it
+  if (!keep) {
+    std::array<void*, max_stack_depth> walk_ips;             // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+    std::array<void* const*, max_stack_depth> walk_slots;    // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+    const bool learn = walked.worst == frame_verdict::unknown && !verdicts_full();
+    if (learn) {
+      std::memcpy(walk_ips.data(), fresh.ips.data(), walked.count * sizeof(void*));
+      std::memcpy(walk_slots.data(), fresh.slots.data(), walked.count * sizeof(void*));
+    }
+    const unwind_walk unwound = unwind_here(fresh.ips.data(), fresh.slots.data(), depth);
+    if (learn) { learn_verdicts(walk_ips.data(), walk_slots.data(), walked.count, unwound, depth); }
+    count = unwound.count;
+    keep = unwound.consistent;
+    for (std::size_t i = 0; i < count && keep; ++i) {
+      const auto slot = reinterpret_cast<std::uintptr_t>(fresh.slots[i]);
+      keep = slot > anchor && slot + sizeof(void*) <= cache->stack_high;
+    }
+  }
+  std::memcpy(frames, fresh.ips.data(), count * sizeof(void*));
+  if (keep && count > 0) {  // a chain the slots can vouch for: keep it
     fresh.anchor = anchor;
     fresh.wanted = depth;
-    fresh.count = walk.count;
+    fresh.count = count;
     std::size_t way = first;
     if (cache->entries[way].anchor != 0) {
       way = (first + 1) % cache_ways;
@@ -258,84 +328,7 @@ __attribute__((noinline)) std::size_t capture_cached(void** frames, std::size_t 
     }
     cache->entries[way] = fresh;
   }
-  return walk.count;
-}
-
-// ---- the frame-pointer walk, and when its frames are used -----------------------------------------
-//
-// gpuguard is built with frame pointers, and so may be the program around it; where every function
-// between the capture and the depth asked for keeps the chain, a walk of it (frame_walk.hpp) gives
-// the same frames as the unwinder for a few loads each, whatever the chain of calls, where the cache
-// above answers only the chains it has seen at the same stack address. Where a function does not keep
-// the chain (vendor libraries, the C library, a program built without frame pointers) a walk stops
-// there or skips its caller, so its frames are used only where it is known not to: each step of a
-// walk passes a return address, and the function that address returns into keeps the chain at that
-// call or does not, every time. The first walk that meets an address it knows nothing of unwinds by
-// the tables as well and compares the two, frame by frame (return address and the stack slot it lies
-// in): each address at which both still agree on the next frame keeps the chain, the address after
-// which they part does not (frame_walk.cpp keeps the verdicts). A walk whose every step passed a
-// known-good address is used; one that meets a known-bad address, or that the unwinder could not
-// vouch for, goes to the cached unwinder, as do captures with fast_unwind=0. A walk that ended before
-// `depth` counts its last address as a step: only an address after which the unwinder found no
-// frame either (the stack's outermost) lets it end early.
-
-// Unwinds by the tables from the caller's frame and learns what the walk's addresses are, from the
-// frames both agree on. Always inlined into capture_native, so that the unwinder's first frame is
-// the walk's first. Returns the unwound count, frames in `frames`.
-__attribute__((always_inline)) inline std::size_t unwind_and_learn(void** frames, std::size_t depth, void* const* ips,
-                                                                   void* const* const* slots, std::size_t walked) noexcept {
-  std::array<void*, max_stack_depth> unwound{};
-  std::array<void* const*, max_stack_depth> unwound_slots{};
-  unwind_walk walk;
-  walk.wanted = depth;
-  walk.ips = unwound.data();
-  walk.slots = unwound_slots.data();
-  _Unwind_Backtrace(record_frame, &walk);
-  const auto agree = [&](std::size_t i) {
-    return i < walked && i < walk.count && ips[i] == unwound[i] && slots[i] == unwound_slots[i];
-  };
-  for (std::size_t i = 0; agree(i); ++i) {
-    if (i + 1 < walk.count) {
-      learn_verdict(ips[i], agree(i + 1) ? frame_verdict::chained : frame_verdict::broken);
-    } else if (walk.count < depth) {  // the unwinder's last frame: the walk must end here too
-      learn_verdict(ips[i], walked == i + 1 ? frame_verdict::chained : frame_verdict::broken);
-    }
-  }
-  // An address the comparison could not settle (the two parted before it) is not asked about again.
-  for (std::size_t i = 0; i < walked; ++i) {
-    if (verdict_of(ips[i]) == frame_verdict::unknown) {
-      learn_verdict(ips[i], frame_verdict::broken);
-      break;
-    }
-  }
-  std::memcpy(frames, unwound.data(), walk.count * sizeof(void*));
-  return walk.count;
-}
-
-// Not inlined: the walk starts at its frame, and the cached unwinder's first frame is its own.
-__attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t depth) noexcept {
-  if (fast_unwind()) {
-    std::array<void*, max_stack_depth> ips;            // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-    std::array<void* const*, max_stack_depth> slots;   // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-    const std::size_t walked = walk_frame_pointers(__builtin_frame_address(0), thread_stack_bounds(), ips.data(),
-                                                   slots.data(), depth);
-    const std::size_t steps = walked == depth ? walked - 1 : walked;  // the last frame's step matters if it ended early
-    frame_verdict worst = walked > 0 ? frame_verdict::chained : frame_verdict::broken;
-    for (std::size_t i = 0; i < steps && worst == frame_verdict::chained; ++i) { worst = verdict_of(ips[i]); }
-    if (worst == frame_verdict::chained) {
-      std::memcpy(frames, ips.data(), walked * sizeof(void*));
-      return walked;
-    }
-    if (worst == frame_verdict::unknown && !verdicts_full()) {
-      return unwind_and_learn(frames, depth, ips.data(), slots.data(), walked);
-    }
-  }
-  // The cached unwinder's frames start with the return address into this function: one more, dropped.
-  std::array<void*, max_stack_depth + 1> all;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-  const std::size_t got = capture_cached(all.data(), depth + 1);
-  if (got <= 1) { return 0; }
-  std::memcpy(frames, all.data() + 1, (got - 1) * sizeof(void*));
-  return got - 1;
+  return count;
 }
 
 #else
@@ -351,6 +344,14 @@ std::uint64_t cached_captures() noexcept {
   return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache->hits : 0;
 #else
   return 0;
+#endif
+}
+
+void forget_cached_stacks() noexcept {
+#if defined(__x86_64__)
+  if (this_thread_cache != nullptr && this_thread_cache != cache_gone) {
+    for (cached_stack& entry : this_thread_cache->entries) { entry.anchor = 0; }
+  }
 #endif
 }
 

@@ -24,6 +24,9 @@ std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept;
 /// without unwinding. For tests.
 std::uint64_t cached_captures() noexcept;
 
+/// Empties the calling thread's capture cache, so that its next captures walk or unwind. For tests.
+void forget_cached_stacks() noexcept;
+
 /// The site for these frames: the same frames always give the same id. Allocates only the first
 /// time a stack is seen. Returns no_site if interning fails (out of memory).
 site_id intern_site(void* const* frames, std::size_t count) noexcept;

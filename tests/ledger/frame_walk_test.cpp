@@ -33,7 +33,8 @@ __attribute__((noinline)) frames_t capture(std::size_t wanted) {
   return frames_t(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(count));
 }
 
-// One capture with the walk allowed and one by the unwinder alone, from the same call.
+// One capture with the walk allowed and one by the unwinder alone, from the same call, each with
+// the thread's capture cache emptied first (it would answer the second from the first).
 struct both_ways {
   frames_t fast;
   frames_t unwound;
@@ -44,6 +45,7 @@ __attribute__((noinline)) std::size_t capture_both(void* out) {
   auto& both = *static_cast<both_ways*>(out);
   for (const bool fast : {true, false}) {
     gpuguard::detail::set_fast_unwind(fast);
+    gpuguard::detail::forget_cached_stacks();
     (fast ? both.fast : both.unwound) = capture(depth);
   }
   gpuguard::detail::set_fast_unwind(true);
