@@ -124,6 +124,10 @@ def sanitizer_summary(program):
 
 
 # ---- through the runtime: leaky_program ---------------------------------------------------------
+# The line of leaky_program.cpp whose cudaMalloc calls leak.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "leaky_program.cpp")) as source:
+    LEAKY_LINE = next(n for n, line in enumerate(source, 1) if "cudaMalloc(&blocks[i]" in line)
+
 for number, program in enumerate(LEAKY):
     name = "leaky%d" % number
     result, report, records = tracked(program, name)
@@ -133,6 +137,9 @@ for number, program in enumerate(LEAKY):
     check("leaving 9 MiB in 3 allocations behind" in result.stdout, name + ": the program ran", result.stdout)
     check(re.search(r"^\[gpuguard\] LEAK: 9\.0 MiB in 3 allocations still live", result.stderr, re.M),
           name + ": the leak report on stderr", result.stderr[-2000:])
+    # No stacks option: the default (stacks=all) names the program's line of the leaking cudaMalloc.
+    check(re.search(r"^\[gpuguard\] +#\d+ main at \S*leaky_program\.cpp:%d$" % LEAKY_LINE, result.stderr, re.M),
+          name + ": the default report names leaky_program.cpp:%d" % LEAKY_LINE, result.stderr[-2000:])
     if report:
         check(report["total_bytes"] == 9 * MIB and report["total_count"] == 3, name + ": 9 MiB in 3 allocations live", report)
         devices = {d["device"]: d for d in report["devices"]}
@@ -210,7 +217,8 @@ def phase_figures(stdout, phase):
 if DEFER_PROGRAM:
     for defer in ("1", "0"):
         name = "defer" + defer
-        result, report, records = tracked(DEFER_PROGRAM, name, {"GPUGUARD_TRACK_DEFER": defer})
+        # Deferring needs stacks off (a stack is the calling thread's).
+        result, report, records = tracked(DEFER_PROGRAM, name, {"GPUGUARD_TRACK_DEFER": defer}, "stacks=off")
         if GPU:
             gpu_skip_if_unusable(result, "defer_program: cu")
         check(result.returncode == 0 and "leaving 1 MiB in 1 allocation behind" in result.stdout,
@@ -247,17 +255,20 @@ if DEFER_PROGRAM:
     if not GPU:
         # With two devices the stream-ordered pair's common path (device 0, asked nothing) is not
         # taken: the stand-in's context is device 1's, and every deferred allocation is found there.
-        result, report, records = tracked(DEFER_PROGRAM, "defer_two_devices", {"FAKE_DRIVER_CONTEXT_DEVICE": "1"})
+        result, report, records = tracked(DEFER_PROGRAM, "defer_two_devices", {"FAKE_DRIVER_CONTEXT_DEVICE": "1"},
+                                          "stacks=off")
         devices, record = phase_figures(result.stdout, "phase 1")
         check(record.get("recording") == "deferred" and devices.get(1, {}).get("allocations") == 20003 and
               devices[1].get("frees") == 20000 and devices.get(0, {}).get("allocations", 0) == 0,
               "defer_two_devices: phase 1's deferred allocations are on the context's device (1)",
               (devices, result.stderr[-2000:]))
-    # With stacks on, each call's stack is the calling thread's: recorded at once.
-    result, report, records = tracked(DEFER_PROGRAM, "defer_stacks", more_options="stacks=sampled")
-    devices, record = phase_figures(result.stdout, "phase 1")
-    check(record.get("recording") == "at_once" and devices.get(0, {}).get("allocations") == 20003,
-          "defer_stacks: with stacks on, calls are recorded at once", (record, result.stderr[-2000:]))
+    # With stacks on (sampled, or all by default), each call's stack is the calling thread's: recorded at once.
+    for stacks in ("stacks=sampled", ""):
+        result, report, records = tracked(DEFER_PROGRAM, "defer_" + (stacks or "default"), more_options=stacks)
+        devices, record = phase_figures(result.stdout, "phase 1")
+        check(record.get("recording") == "at_once" and devices.get(0, {}).get("allocations") == 20003,
+              "defer_stacks: with %s, calls are recorded at once" % (stacks or "the default stacks"),
+              (record, result.stderr[-2000:]))
 
 if CLI and LEAKY:
     # A job whose shells and helpers never load the CUDA driver: only the one process that used it
