@@ -289,7 +289,15 @@ __attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t 
       return entry.count;
     }
   }
-  cached_stack fresh;
+  // The new stack is written straight into the way it will take (an empty one, else one of the
+  // two by turns), which is emptied first: no copy of a whole entry per capture the cache missed.
+  std::size_t way = first;
+  if (cache->entries[way].anchor != 0) {
+    way = (first + 1) % cache_ways;
+    if (cache->entries[way].anchor != 0) { way = (first + (cache->next_victim++ & 1U)) % cache_ways; }
+  }
+  cached_stack& fresh = cache->entries[way];
+  fresh.anchor = 0;
   std::size_t count = 0;
   bool keep = false;
   judged_walk walked{0, frame_verdict::broken};
@@ -318,15 +326,9 @@ __attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t 
   }
   std::memcpy(frames, fresh.ips.data(), count * sizeof(void*));
   if (keep && count > 0) {  // a chain the slots can vouch for: keep it
-    fresh.anchor = anchor;
     fresh.wanted = depth;
     fresh.count = count;
-    std::size_t way = first;
-    if (cache->entries[way].anchor != 0) {
-      way = (first + 1) % cache_ways;
-      if (cache->entries[way].anchor != 0) { way = (first + (cache->next_victim++ & 1U)) % cache_ways; }
-    }
-    cache->entries[way] = fresh;
+    fresh.anchor = anchor;
   }
   return count;
 }
