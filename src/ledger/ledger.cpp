@@ -46,7 +46,8 @@ using detail::thread_state;
 __attribute__((tls_model("initial-exec"))) thread_local thread_state this_thread;
 
 site_id capture_site_now() noexcept {
-  std::array<void*, detail::max_stack_depth> frames{};
+  // Not zeroed (a rep stos of 512 bytes per capture): only the frames the capture wrote are read.
+  std::array<void*, detail::max_stack_depth> frames;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
   const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
   const std::size_t count = detail::capture_caller_frames(frames.data(), depth);
   return detail::intern_site(frames.data(), count);

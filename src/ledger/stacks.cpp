@@ -360,7 +360,7 @@ void forget_cached_stacks() noexcept {
 std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept {
   const std::size_t ranges = skipped_count.load(std::memory_order_acquire);
   if (ranges == 0) { return capture_native(frames, std::min(depth, max_stack_depth)); }
-  std::array<void*, max_stack_depth> all{};
+  std::array<void*, max_stack_depth> all;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
   const std::size_t got = capture_native(all.data(), max_stack_depth);
   std::size_t first = 0;
   while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
