@@ -26,6 +26,11 @@ using gpuguard::detail::frame_verdict;
 
 constexpr std::size_t depth = 8;
 
+// An address as a pointer: the made-up frames and return addresses below are only compared.
+void* as_pointer(std::uintptr_t address) {
+  return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr)
+}
+
 // For functions whose locals must lie in the thread's stack (a made-up chain of frames): ASan's
 // use-after-return detection moves an instrumented function's locals to a stack of its own, which
 // the walk rightly refuses to read.
@@ -134,8 +139,8 @@ GPUGUARD_TEST_LOCALS_ON_THE_STACK void check_with_rbp_set_to_anything() {
     EXPECT_EQ(both.fast, both.unwound) << "rbp " << std::hex << rbp;
     EXPECT_LE(both.raw.size(), depth);
     if (rbp == inside) {  // the walk follows the made-up chain: wrong frames, read from the stack
-      EXPECT_NE(std::find(both.raw.begin(), both.raw.end(), reinterpret_cast<void*>(0x1234)), both.raw.end());
-      EXPECT_EQ(std::find(both.fast.begin(), both.fast.end(), reinterpret_cast<void*>(0x1234)), both.fast.end());
+      EXPECT_NE(std::find(both.raw.begin(), both.raw.end(), as_pointer(0x1234)), both.raw.end());
+      EXPECT_EQ(std::find(both.fast.begin(), both.fast.end(), as_pointer(0x1234)), both.fast.end());
     }
   }
 }
@@ -156,19 +161,19 @@ GPUGUARD_TEST_LOCALS_ON_THE_STACK void check_made_up_chains() {
   std::array<std::uintptr_t, 6> fake{};
   const auto at = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(&fake[i]); };
   fake = {at(2), 0x1111, at(0), 0x2222, 0, 0};  // the second link goes back down
-  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(reinterpret_cast<void*>(at(0)), bounds, ips.data(), nullptr, depth), 2U);
-  EXPECT_EQ(ips[0], reinterpret_cast<void*>(0x1111));
-  EXPECT_EQ(ips[1], reinterpret_cast<void*>(0x2222));
+  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(as_pointer(at(0)), bounds, ips.data(), nullptr, depth), 2U);
+  EXPECT_EQ(ips[0], as_pointer(0x1111));
+  EXPECT_EQ(ips[1], as_pointer(0x2222));
   fake = {at(2) + 1, 0x1111, 0, 0, 0, 0};  // a misaligned link
-  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(reinterpret_cast<void*>(at(0)), bounds, ips.data(), nullptr, depth), 1U);
+  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(as_pointer(at(0)), bounds, ips.data(), nullptr, depth), 1U);
   fake = {bounds.high, 0x1111, 0, 0, 0, 0};  // a link past the stack's end
-  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(reinterpret_cast<void*>(at(0)), bounds, ips.data(), nullptr, depth), 1U);
+  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(as_pointer(at(0)), bounds, ips.data(), nullptr, depth), 1U);
   fake = {at(2), 0, 0, 0, 0, 0};  // a null return address
-  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(reinterpret_cast<void*>(at(2)), bounds, ips.data(), nullptr, depth), 0U);
+  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(as_pointer(at(2)), bounds, ips.data(), nullptr, depth), 0U);
   // A start outside the stack, or no stack known: nothing is read.
   EXPECT_EQ(gpuguard::detail::walk_frame_pointers(&ips, {bounds.high, bounds.high + 4096}, ips.data(), nullptr, depth), 0U);
   EXPECT_EQ(gpuguard::detail::walk_frame_pointers(&fake, {}, ips.data(), nullptr, depth), 0U);
-  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(reinterpret_cast<void*>(bounds.high - 8), bounds, ips.data(), nullptr, depth), 0U);
+  EXPECT_EQ(gpuguard::detail::walk_frame_pointers(as_pointer(bounds.high - 8), bounds, ips.data(), nullptr, depth), 0U);
 }
 
 TEST(frame_walk, stops_at_a_chain_outside_or_against_the_stack) { check_made_up_chains(); }
@@ -193,7 +198,7 @@ TEST(frame_walk, on_a_thread_with_a_small_stack) {
   pthread_attr_t attr;
   ASSERT_EQ(pthread_attr_init(&attr), 0);
   // Small, yet room for the unwinder and gtest's assertions (sanitizer builds take more per frame).
-  ASSERT_EQ(pthread_attr_setstacksize(&attr, std::max<std::size_t>(PTHREAD_STACK_MIN, 256 * 1024)), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, std::max<std::size_t>(PTHREAD_STACK_MIN, std::size_t{256} * 1024)), 0);
   pthread_t thread;
   ASSERT_EQ(pthread_create(&thread, &attr, on_small_stack, nullptr), 0);
   ASSERT_EQ(pthread_join(thread, nullptr), 0);
