@@ -39,6 +39,9 @@ namespace gpuguard::testing {
 struct listener_options {
   /// Fail a test that leaves memory live (false: only budgets are checked, for every test).
   bool fail_on_leaks = true;
+  /// Fail a test during which the ledger saw a free it could not match: a double free, an unknown
+  /// pointer, a wrong size or device (misuse(); each is also on stderr with its pointer).
+  bool fail_on_misuse = true;
   /// Fail every test while gpuguard::tracking_enabled() is false. Set it to false where another
   /// source feeds the ledger (the LibTorch adapter, the preload interposer) and enable_tracking
   /// is not called: the listener then checks whatever the ledger holds.
@@ -58,6 +61,8 @@ struct test_state {
   bool listener_installed = false;
   bool in_test = false;
   bool allow_leaks = false;
+  bool allow_misuse = false;
+  misuse_counts misuse_at_start;
   std::vector<std::pair<int, std::size_t>> budgets;            ///< device (or every_device), bytes
   std::vector<std::pair<std::uint64_t, const void*>> live_at_start;  ///< (sequence, ptr), sorted
   std::vector<std::pair<int, std::size_t>> current_at_start;   ///< device, live bytes
@@ -126,6 +131,12 @@ inline void allow_leaks() {
   if (detail::declare_in_test("gpuguard::testing::allow_leaks")) { detail::state().allow_leaks = true; }
 }
 
+/// The running test may misuse tracked memory on purpose (a test of the misuse reports): its
+/// double frees and unmatched frees do not fail it.
+inline void allow_misuse() {
+  if (detail::declare_in_test("gpuguard::testing::allow_misuse")) { detail::state().allow_misuse = true; }
+}
+
 /**
  * The listener: at each test's start it notes what is live and starts the phase peak; at its end
  * it adds a failure to the test (at the TEST's file and line) for each device over its budget and
@@ -139,6 +150,8 @@ class leak_listener : public ::testing::EmptyTestEventListener {
     detail::test_state& s = detail::state();
     s.in_test = true;
     s.allow_leaks = false;
+    s.allow_misuse = false;
+    s.misuse_at_start = misuse();
     s.budgets.clear();
     s.live_at_start.clear();
     s.current_at_start.clear();
@@ -164,6 +177,7 @@ class leak_listener : public ::testing::EmptyTestEventListener {
     const ledger_snapshot snap = snapshot(true);
     check_budgets(info, snap, s);
     if (opts_.fail_on_leaks && !s.allow_leaks) { check_leaks(info, snap, s); }
+    if (opts_.fail_on_misuse && !s.allow_misuse) { check_misuse(info, s); }
   }
 
  private:
@@ -195,6 +209,18 @@ class leak_listener : public ::testing::EmptyTestEventListener {
           << " bytes (limit_peak). The ledger keeps no record of what was live at the peak: "
              "operation scopes or the JSONL log's timeline (gpuguard report) show which step reached it.";
     }
+  }
+
+  static void check_misuse(const ::testing::TestInfo& info, const detail::test_state& s) {
+    const misuse_counts now = misuse();
+    const misuse_counts& before = s.misuse_at_start;
+    if (now.total() == before.total()) { return; }
+    ADD_FAILURE_AT(info.file(), info.line())
+        << "gpuguard: the test misused tracked memory: " << now.double_free - before.double_free
+        << " double free(s), " << now.unknown_pointer - before.unknown_pointer
+        << " free(s) of a pointer the ledger never gave out, " << now.wrong_size - before.wrong_size
+        << " with the wrong size, " << now.wrong_device - before.wrong_device
+        << " on the wrong device (stderr names each pointer; gpuguard::testing::allow_misuse() allows it)";
   }
 
   void check_leaks(const ::testing::TestInfo& info, const ledger_snapshot& snap,
