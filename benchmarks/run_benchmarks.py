@@ -1035,7 +1035,8 @@ def docs_page(kept_by_model):
             for model in models),
         "|---|---|---|%s" % ("---|" * len(models))]
     for figure, by, targets, cells in merged_rows(rows, models):
-        target = targets[0] if len(set(targets)) == 1 else "; ".join(
+        named = {t for t in targets if t is not None}
+        target = named.pop() if len(named) == 1 else "; ".join(
             "%s: %s" % (m, t) for m, t in zip(models, targets) if t is not None)
         lines.append("| %s | %s | %s | %s |" % (figure, target, by, " | ".join(cells)))
     lines += ["", "PASS: within the target; MISS: over it; within noise: the rounds' own ratios fall on "
