@@ -252,7 +252,7 @@ def table_text(result, rounds):
     return "\n".join([
         f"`gpuguard run --track` against plain, {rounds} rounds with the arms alternating, {result['date']}, "
         f"{machine_words(result['machine'])}",
-        f"(`{command}{' --parts' if parts else ''}{' --at-once' if at_once else ''}`). {stats.METHOD}.",
+        f"(`{command}{' --parts' if parts else ''}{' --at-once' if at_once else ''}`). Figures: {stats.METHOD}.",
         "",
         header,
         rule,
