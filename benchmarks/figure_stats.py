@@ -80,12 +80,9 @@ def schedule(arms, rounds):
     return [list(arms[r % len(arms):]) + list(arms[:r % len(arms)]) for r in range(rounds)]
 
 
-def interval_text(f):
-    """"1.004 (95% interval 0.991 to 1.012, 7 rounds)" for a figure()."""
-    if f["interval"] is None:
-        return "%.3f (%d rounds: too few for a 95%% interval)" % (f["median"], len(f["rounds"]))
-    return "%.3f (95%% interval %.3f to %.3f, %d rounds)" % (f["median"], f["interval"][0], f["interval"][1],
-                                                         len(f["rounds"]))
+def interval_range(f):
+    """"0.991 to 1.012" for a figure(), or "too few rounds" where it has no interval."""
+    return "%.3f to %.3f" % tuple(f["interval"]) if f["interval"] else "too few rounds"
 
 
 def target_row(name, f):

@@ -9,6 +9,7 @@ docs/benchmarks.md from the kept results.
         [--repetitions 5] [--no-interleave]
     python3 benchmarks/run_benchmarks.py keep RUNNER_OUT --commit COMMIT [--command CMD]
     python3 benchmarks/run_benchmarks.py docs [--out docs/benchmarks.md]
+    python3 benchmarks/run_benchmarks.py summary RUNNER_OUT
 
 `keep` takes the three JSON results of one `scripts/gpu-runner.sh bench` (benchmarks.json,
 track_overhead.json, torch_bench.json in its output folder) and writes them, with the commit and
@@ -16,7 +17,9 @@ command that made them, to benchmarks/results/<model>.json (h100.json, h200.json
 model, the newest replacing the one before. `docs` builds docs/benchmarks.md from those files
 alone: each target, its figure on each GPU model with the run's date, commit and command, and how
 it is measured. benchmarks/test_run_benchmarks.py checks that the committed page is what `docs`
-builds.
+builds. `summary` writes RUNNER_OUT/summary.md and summary.json from track_overhead.json and
+torch_bench.json: every target they judged (median, 95% interval, verdict) and each baseline's
+spread against itself, under the card's name; the bench slice prints it last.
 
 --bench names one program and may be repeated; without it, both programs of build/benchmarks run
 (gpuguard_tracking_bench, then gpuguard_ops_bench). Without --json-in each program runs as
@@ -381,13 +384,6 @@ def rounds_verdict(baseline, measured, limit):
     if min(ratios) > limit:
         return "MISS", ratios
     return "within noise", ratios
-
-
-def rotated(arms, round_index):
-    """The arms (programs or modes) in the order round `round_index` runs them: each round starts
-    one arm later, so that no arm always runs first."""
-    shift = round_index % len(arms)
-    return list(arms[shift:]) + list(arms[:shift])
 
 
 def ratio_range(ratios):
@@ -1230,7 +1226,7 @@ def summary_of(documents):
 
 def summary_markdown(summary):
     def interval(row):
-        return "%.3f to %.3f" % tuple(row["interval"]) if row["interval"] else "-"
+        return stats.interval_range(row) if row["interval"] else "-"
 
     def median(row):
         return "%.3f" % row["median"] if row["median"] is not None else "-"

@@ -126,10 +126,6 @@ def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None, a
     return document
 
 
-def interval_cell(f):
-    return "%.3f to %.3f" % tuple(f["interval"]) if f["interval"] else "too few rounds"
-
-
 def table_lines(document, binary_name):
     medians, rounds, steps, figures = document["median_ms"], document["rounds"], document["steps"], document["figures"]
     lines = [f"Machine: {machine_words(document['machine'])}; {document['date']}.",
@@ -142,24 +138,24 @@ def table_lines(document, binary_name):
     if "native_spread" in document:
         spread = document["native_spread"]
         lines.append(f"| native again (the baseline's spread) | {medians['native_again']:.3f} ms | "
-                     f"{spread['median']:.3f} | {interval_cell(spread)} | | |")
+                     f"{spread['median']:.3f} | {stats.interval_range(spread)} | | |")
     for mode, limit in TARGETS.items():
         if mode in figures:
             f = figures[mode]
-            lines.append(f"| {mode} | {medians[mode]:.3f} ms | {f['median']:.3f} | {interval_cell(f)} | "
+            lines.append(f"| {mode} | {medians[mode]:.3f} ms | {f['median']:.3f} | {stats.interval_range(f)} | "
                          f"at most {limit} | {f['verdict']} |")
     if "native_async" in figures:
         f = figures["native_async"]
         lines.append(f"| native_async (PyTorch's allocator, backend:cudaMallocAsync) | {medians['native_async']:.3f} ms | "
-                     f"{f['median']:.3f} | {interval_cell(f)} | (comparison) | |")
+                     f"{f['median']:.3f} | {stats.interval_range(f)} | (comparison) | |")
     if "observe_split" in document:
         inside = document["observe_split"]
         lines.append(f"| observe, attached at step {document['split_step']} (inside processes) | | "
-                     f"{inside['median']:.3f} | {interval_cell(inside)} | at most "
+                     f"{inside['median']:.3f} | {stats.interval_range(inside)} | at most "
                      f"{TARGETS['observe']} | {inside['verdict']} |")
     if "swap_in_over_native_async" in figures:
         f = figures["swap_in_over_native_async"]
-        lines += ["", f"swap_in / native_async: {f['median']:.3f} (95% interval: {interval_cell(f)}; what the "
+        lines += ["", f"swap_in / native_async: {f['median']:.3f} (95% interval: {stats.interval_range(f)}; what the "
                   "pluggable allocator and gpuguard add over the stream-ordered pool they allocate from)."]
     per_step = document.get("allocations_per_step", {})
     if per_step.get("observe"):

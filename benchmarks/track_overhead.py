@@ -185,14 +185,10 @@ def judged(result):
     return targets, spread
 
 
-def interval_cell(f):
-    return "%.3f to %.3f" % tuple(f["interval"]) if f["interval"] else "too few rounds"
-
-
 def in_one_process_text(figures):
     if not figures:
         return ""
-    rows = [f"| {ARM_TITLES.get(arm, arm)} | {f['median']:.3f} | {interval_cell(f)} |" for arm, f in figures.items()]
+    rows = [f"| {ARM_TITLES.get(arm, arm)} | {f['median']:.3f} | {stats.interval_range(f)} |" for arm, f in figures.items()]
     return "\n".join([
         "",
         "The stream-ordered pair in one process: the program's own calls (under `--track`, the",
@@ -212,14 +208,14 @@ def peer_text(result):
     if not p or not step:
         return ""
     rows = [f"| plain | {step['plain']:.3f} | 1.000 | | | |",
-            f"| `--track` | {step['track']:.3f} | {step['median']:.3f} | {interval_cell(step)} | "
+            f"| `--track` | {step['track']:.3f} | {step['median']:.3f} | {stats.interval_range(step)} | "
             f"<= {step['target']:g} | {step['verdict']} |",
             f"| `_record_memory_history()`, default arguments, same processes | {p['step_ms']:.3f} | "
-            f"{p['ratio']['median']:.3f} | {interval_cell(p['ratio'])} | | |"]
+            f"{p['ratio']['median']:.3f} | {stats.interval_range(p['ratio'])} | | |"]
     q = p["track_over_peer"]
     if q:
         rows.append(f"| `--track` overhead / `_record_memory_history()` overhead | | {q['median']:.3f} | "
-                    f"{interval_cell(q)} | <= {q['target']:g} | {q['verdict']} |")
+                    f"{stats.interval_range(q)} | <= {q['target']:g} | {q['verdict']} |")
     else:
         rows.append(f"| `--track` overhead / `_record_memory_history()` overhead | | | | <= {PEER_LIMIT:g} | "
                     "not measurable (recording cost nothing in a round) |")
@@ -244,8 +240,8 @@ def table_text(result, rounds):
     rows = []
     for name, f in figures.items():
         spread = f.get("baseline_spread")
-        spread_cell = f"{spread['median']:.3f} ({interval_cell(spread)})" if spread else ""
-        rows.append(f"| {name} | {f['plain']:.1f} | {f['track']:.1f} | {f['median']:.3f} | {interval_cell(f)} | "
+        spread_cell = f"{spread['median']:.3f} ({stats.interval_range(spread)})" if spread else ""
+        rows.append(f"| {name} | {f['plain']:.1f} | {f['track']:.1f} | {f['median']:.3f} | {stats.interval_range(f)} | "
                     f"<= {f['target']:.2f} | {f['verdict']} | {spread_cell} |"
                     + "".join(f" {f[a]:.1f} | {f[a + '_ratio']:.3f} |" for a in extra))
     command = f"python3 benchmarks/track_overhead.py GPUGUARD PRELOAD TRACK_BENCH --rounds {rounds}"
