@@ -15,26 +15,30 @@ def main():
     per_mode = {
         "native": [2.0, 2.2, 2.1],
         "observe": [2.1, 2.1, 2.1],        # rounds' ratios 1.050, 0.955, 1.000: they disagree on 1.01
-        "swap_in": [2.4, 2.6, 2.5],        # 1.200, 1.182, 1.190: every round misses 1.15
+        "swap_in": [2.4, 2.6, 2.5],        # 1.200, 1.182, 1.190: every round misses 1.05
         "native_async": [2.2, 2.2, 2.2],
+        "swap_in_async": [2.6, 2.6, 2.6],
     }
     machine = {"cpu": "Test CPU", "cores": 16, "gpus": [{"name": "Test GPU", "driver": "1.0"}]}
     doc = t.summarize(per_mode, 3, 110, machine, "2026-12-05")
-    assert doc["median_ms"] == {"native": 2.1, "observe": 2.1, "swap_in": 2.5, "native_async": 2.2}, doc
+    assert doc["median_ms"] == {"native": 2.1, "observe": 2.1, "swap_in": 2.5, "native_async": 2.2,
+                                "swap_in_async": 2.6}, doc
     assert doc["ratios"]["observe"] == 1.0 and abs(doc["ratios"]["swap_in"] - 2.5 / 2.1) < 1e-12, doc
     assert doc["verdicts"] == {"observe": "within noise", "swap_in": "MISS"}, doc
     assert [round(r, 3) for r in doc["round_ratios"]["observe"]] == [1.05, 0.955, 1.0], doc
     lines = t.table_lines(doc, "torch_cnn")
     assert lines[0] == "Machine: Test CPU, 16 cores, Test GPU (driver 1.0); 2026-12-05.", lines
     assert "| observe | 2.100 ms | 1.000 | 0.955 to 1.050 | at most 1.01 | within noise |" in lines, lines
-    assert "| swap_in | 2.500 ms | 1.190 | 1.182 to 1.200 | at most 1.15 | MISS |" in lines, lines
+    assert "| swap_in | 2.500 ms | 1.190 | 1.182 to 1.200 | at most 1.05 | MISS |" in lines, lines
+    assert "| swap_in_async (swap-in over cudaMallocAsync, torch_upstream=async) | 2.600 ms | 1.238 | | (comparison) | |" \
+        in lines, lines
 
     # Every round within its target: PASS, though the median alone would say the same.
-    doc = t.summarize(dict(per_mode, observe=[2.0, 2.2, 2.1], swap_in=[2.2, 2.3, 2.2]), 3, 110, machine, "2026-12-05")
+    doc = t.summarize(dict(per_mode, observe=[2.0, 2.2, 2.1], swap_in=[2.0, 2.3, 2.2]), 3, 110, machine, "2026-12-05")
     assert doc["verdicts"] == {"observe": "PASS", "swap_in": "PASS"}, doc
 
     # Each round starts one mode later; every mode runs once a round.
-    assert [t.rotated(t.MODES, r)[0] for r in range(5)] == ["native", "observe", "swap_in", "native_async", "native"]
+    assert [t.rotated(t.MODES, r)[0] for r in range(5)] == ["native", "observe", "swap_in", "native_async", "swap_in_async"]
     assert sorted(t.rotated(t.MODES, 3)) == sorted(t.MODES)
     # --json-in: the table of a recorded run, with the verdicts of its rounds; a file that is not
     # one is refused by name, with status 2.
@@ -86,6 +90,7 @@ def main():
             run = json.load(f)
         assert run["split_step"] == 55 and run["halves_ms"]["observe_split"] == [[2.0, 2.01], [2.0, 2.01]], run
         assert run["per_round_ms"]["observe"] == [2.04, 2.04] and run["per_round_ms"]["native_async"] == [2.1, 2.1], run
+        assert run["per_round_ms"]["swap_in_async"] == [2.2, 2.2], run  # swap-in's figure, torch_upstream=async
         assert abs(run["observe_split"]["ratio"] - 1.005) < 1e-9 and run["observe_split"]["verdict"] == "PASS", run
         # Its table again from the file: the same line.
         again = subprocess.run([sys.executable, script, "--json-in", out], capture_output=True, text=True)
