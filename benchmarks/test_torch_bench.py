@@ -26,6 +26,7 @@ def check_summary():
         # swap-in: every round 1.10 to 1.12: the interval's lower end is over 1.05: missed.
         "swap_in": [n * r for n, r in zip(native, (1.10, 1.12, 1.11, 1.10, 1.11, 1.12, 1.115))],
         "native_async": [n * 1.05 for n in native],
+        "swap_in_async": [n * 1.2 for n in native],
         "native_again": [n * r for n, r in zip(native, (1.0, 0.99, 1.01, 1.0, 1.0, 1.02, 0.98))],
     }
     doc = t.summarize(per_mode, 7, 310, MACHINE, "2026-12-07")
@@ -46,6 +47,9 @@ def check_summary():
     lines = t.table_lines(doc, "torch_cnn")
     assert lines[0] == "Machine: Test CPU, 16 cores, Test GPU (driver 1.0); 2026-12-07.", lines
     assert "| observe | 2.111 ms | 1.010 | 1.000 to 1.030 | at most 1.02 | within noise |" in lines, lines
+    assert "| swap_in_async (swap-in over cudaMallocAsync, torch_upstream=async) | 2.520 ms | 1.200 | 1.200 to 1.200 | " \
+        "(comparison) | |" in lines, lines
+    assert "verdict" not in doc["figures"]["swap_in_async"], "a comparison has no target"
     assert "| native again (the baseline's spread) | 2.058 ms | 1.000 | 0.980 to 1.020 | | |" in lines, lines
     assert any(line.startswith("| swap_in | ") and line.endswith("| at most 1.05 | missed |") for line in lines), lines
 
@@ -81,9 +85,10 @@ import os, sys
 a = sys.argv[1:]
 mode = a[a.index('--mode') + 1]
 if os.environ.get('PYTORCH_CUDA_ALLOC_CONF'): mode = 'native_async'
+if 'torch_upstream=async' in os.environ.get('GPUGUARD_OPTIONS', ''): mode = 'swap_in_async'
 with open(os.environ['ORDER_LOG'], 'a') as f:
     f.write(mode + (' split' if '--split' in a else '') + '\n')
-base = {'native': 2.0, 'observe': 2.04, 'swap_in': 2.2, 'native_async': 2.1}[mode]
+base = {'native': 2.0, 'observe': 2.04, 'swap_in': 2.2, 'native_async': 2.1, 'swap_in_async': 2.3}[mode]
 print('median step ms %.4f over 100 steps' % base)
 if mode in ('observe', 'swap_in') and '--split' not in a:
     print('allocations per step %.1f' % {'observe': 50.0, 'swap_in': 48.0}[mode])
@@ -108,10 +113,11 @@ def check_whole_run():
         assert done.returncode == 0, done.stderr
         with open(log) as f:
             order = f.read().split("\n")[:-1]
-        # 7 rounds of 6 runs, each round starting one run later: the modes alternate round by round.
-        assert len(order) == 42, order
-        runs = ["native split", "observe", "swap_in", "native_async", "native", "observe split"]
-        assert order[:6] == runs and order[6:12] == runs[1:] + runs[:1], order
+        # 7 rounds of 7 runs, each round starting one run later: the modes alternate round by round.
+        assert len(order) == 49, order
+        runs = ["native split", "observe", "swap_in", "native_async", "swap_in_async", "native", "observe split"]
+        assert order[:7] == runs and order[7:14] == runs[1:] + runs[:1], order
+        assert order.count("swap_in_async") == 7, order
         with open(out) as f:
             run = json.load(f)
         assert run["rounds"] == 7 and run["split_step"] == 55, run

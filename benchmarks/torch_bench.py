@@ -21,6 +21,9 @@ default. A fourth mode, native_async, runs PyTorch's own
 allocator with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: the upstream swap-in allocates
 from (the stream-ordered pool), without the pluggable allocator or gpuguard. It splits swap-in's
 cost into the pool's share (native_async / native) and the rest's (swap_in / native_async).
+Swap-in allocates from gpuguard's caching pool by default; a fifth mode, swap_in_async, is swap-in
+over cudaMallocAsync (GPUGUARD_OPTIONS torch_upstream=async), the upstream it had before the pool:
+what the pool saves.
 --json-out keeps the figures, the judged targets ("targets"), the baseline's spread
 ("baseline_spread") and the card's name ("card").
 
@@ -47,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import figure_stats as stats  # noqa: E402
 from run_benchmarks import describe_machine, machine_words, with_section  # noqa: E402
 
-MODES = ("native", "observe", "swap_in", "native_async", "native_again")
+MODES = ("native", "observe", "swap_in", "native_async", "swap_in_async", "native_again")
 TARGETS = {"observe": 1.02, "swap_in": 1.05}
 TARGET_TITLES = {"observe": "LibTorch adapter, observe / native step",
                  "swap_in": "LibTorch adapter, swap-in / native step"}
@@ -65,7 +68,10 @@ def run_mode(binary, run, steps, split):
     """One run of the program: (median step ms, (median before the split, after it) or None,
     allocations gpuguard recorded per timed step or None: native mode records none)."""
     env = dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0")
-    mode = {"native_async": "native", "native_again": "native", "observe_split": "observe"}.get(run, run)
+    mode = {"native_async": "native", "native_again": "native", "observe_split": "observe",
+            "swap_in_async": "swap_in"}.get(run, run)
+    if run == "swap_in_async":
+        env["GPUGUARD_OPTIONS"] += ":torch_upstream=async"
     if run == "native_async":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     command = [binary, "--mode", mode, "--bench", "--no-leak", "--steps", str(steps)]
@@ -148,6 +154,11 @@ def table_lines(document, binary_name):
         f = figures["native_async"]
         lines.append(f"| native_async (PyTorch's allocator, backend:cudaMallocAsync) | {medians['native_async']:.3f} ms | "
                      f"{f['median']:.3f} | {stats.interval_range(f)} | (comparison) | |")
+    if "swap_in_async" in figures:
+        f = figures["swap_in_async"]
+        lines.append(f"| swap_in_async (swap-in over cudaMallocAsync, torch_upstream=async) | "
+                     f"{medians['swap_in_async']:.3f} ms | {f['median']:.3f} | {stats.interval_range(f)} | "
+                     "(comparison) | |")
     if "observe_split" in document:
         inside = document["observe_split"]
         lines.append(f"| observe, attached at step {document['split_step']} (inside processes) | | "

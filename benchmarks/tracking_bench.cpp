@@ -20,6 +20,13 @@
 //       with its quartiles (ratio, ratio_p25, ratio_p75). The pool's pair drifts by more than
 //       tracking adds to it between the two benchmarks above; a ratio taken within one iteration
 //       sees both under the same drift.
+//   BM_host_pool_pair/{untracked,tracked}/real_time
+//       the host pair (256 B) from gpuguard's caching pool over malloc: what the pool's own
+//       bookkeeping (its lock, its free sets, its table of live blocks) costs beside malloc's.
+//   BM_cuda_pool_pair/{untracked,tracked}/real_time
+//       one allocate+deallocate of 1 MiB from gpuguard's caching pool over cudaMalloc (the
+//       LibTorch swap-in's default upstream) on one stream: read beside BM_cuda_malloc_pair and
+//       BM_cuda_async_pair, the same size.
 //   BM_cuda_get_device/real_time
 //       one cudaGetDevice: what the tracking resource adds to each device free besides the ledger
 //       (it passes the current device to record_free for the wrong-device check).
@@ -50,6 +57,7 @@
 #include <gpuguard/core/allocation_source.hpp>
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 #include <gpuguard/stream.hpp>
 #include <gpuguard/core/tracking_resource.hpp>
 
@@ -178,6 +186,18 @@ void BM_host_pair_stacks_sampled_tracked(benchmark::State& state) {
   pairs(state, tracked_host(), host_bytes);
 }
 
+// ---- b'. gpuguard's caching pool over host memory -------------------------------------------------
+gpuguard::pool_memory_resource& host_pool() {
+  static gpuguard::pool_memory_resource resource(host(), gpuguard::host_device_id);
+  return resource;
+}
+gpuguard::tracking_resource& tracked_host_pool() {
+  static gpuguard::tracking_resource resource(host_pool(), bench_device);
+  return resource;
+}
+void BM_host_pool_pair_untracked(benchmark::State& state) { pairs(state, host_pool(), host_bytes); }
+void BM_host_pool_pair_tracked(benchmark::State& state) { pairs(state, tracked_host_pool(), host_bytes); }
+
 // ---- c. CUDA --------------------------------------------------------------------------------------
 bool gpu_or_skip(benchmark::State& state) {
   if (gpuguard::has_device()) { return true; }
@@ -234,6 +254,21 @@ void BM_cuda_async_pair_untracked(benchmark::State& state) {
 }
 void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
+}
+
+gpuguard::pool_memory_resource& cuda_pool() {
+  static gpuguard::pool_memory_resource resource(cuda_plain(), gpuguard::current_device());
+  return resource;
+}
+gpuguard::tracking_resource& tracked_cuda_pool() {
+  static gpuguard::tracking_resource resource(cuda_pool(), gpuguard::current_device());
+  return resource;
+}
+void BM_cuda_pool_pair_untracked(benchmark::State& state) {
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, cuda_pool()); }
+}
+void BM_cuda_pool_pair_tracked(benchmark::State& state) {
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_pool()); }
 }
 
 // Nanoseconds per pair of one batch of `count` pairs from `resource` on `stream`.
@@ -423,6 +458,10 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/alternating", BM_cuda_async_pair_alternating)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pool_pair/untracked", BM_host_pool_pair_untracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pool_pair/tracked", BM_host_pool_pair_tracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_pool_pair/untracked", BM_cuda_pool_pair_untracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_pool_pair/tracked", BM_cuda_pool_pair_tracked)->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_get_device", BM_cuda_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_cu_ctx_get_device", BM_cu_ctx_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/apart", BM_shard_pair_apart)->Threads(2)->UseRealTime();

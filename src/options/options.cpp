@@ -45,6 +45,11 @@ constexpr enum_spelling<torch_mode> torch_mode_spellings[] = {
 constexpr const auto& spellings(stack_mode /*tag*/) { return stack_mode_spellings; }
 constexpr const auto& spellings(device_mode /*tag*/) { return device_mode_spellings; }
 constexpr const auto& spellings(torch_mode /*tag*/) { return torch_mode_spellings; }
+constexpr enum_spelling<torch_upstream_mode> torch_upstream_spellings[] = {
+    {torch_upstream_mode::pool, "pool"},
+    {torch_upstream_mode::async, "async"},
+};
+constexpr const auto& spellings(torch_upstream_mode /*tag*/) { return torch_upstream_spellings; }
 
 template <auto member>
 using member_type = std::remove_reference_t<decltype(std::declval<options&>().*member)>;
@@ -214,6 +219,7 @@ constexpr key_entry keys[] = {
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
     make_key<integer_key<&options::cleanup_timeout, 0, 86400>>("cleanup_timeout", "seconds the exit work (cleanups, report) may take before the process is ended; 0 = no limit"),
     make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
+    make_key<enum_key<&options::torch_upstream>>("torch_upstream", "what the swap-in allocator takes memory from: gpuguard's caching pool or cudaMallocAsync"),
 };
 
 template <class E>
@@ -250,5 +256,6 @@ const options& process_options() {
 const char* to_string(stack_mode mode) noexcept { return spelling_of(mode); }
 const char* to_string(device_mode mode) noexcept { return spelling_of(mode); }
 const char* to_string(torch_mode mode) noexcept { return spelling_of(mode); }
+const char* to_string(torch_upstream_mode mode) noexcept { return spelling_of(mode); }
 
 }  // namespace gpuguard

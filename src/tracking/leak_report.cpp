@@ -44,6 +44,7 @@ leak_report collect_leaks(std::size_t max_resolved) {
   leak_report report = group_leaks(snap.live, max_resolved);
   report.misuse = snap.misuse;
   report.devices = std::move(snap.devices);
+  report.pools = pool_holdings();
   return report;
 }
 
@@ -160,6 +161,14 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
                  who.first.c_str(), detail::format_bytes(amount.first).c_str(),
                  static_cast<unsigned long long>(amount.second), amount.second == 1 ? "" : "s",
                  device_name(who.second).c_str());
+  }
+  for (const pool_holding& pool : report.pools) {
+    const pool_statistics& p = pool.statistics;
+    std::fprintf(out, "[gpuguard] held at exit by %s: %s reserved in %llu segment%s on %s, %s of it cached and free "
+                 "(the pool's cache, kept until the process ends: not a leak)\n",
+                 pool.name.c_str(), detail::format_bytes(p.reserved_bytes).c_str(),
+                 static_cast<unsigned long long>(p.segments), p.segments == 1 ? "" : "s", device_name(pool.device).c_str(),
+                 detail::format_bytes(p.cached_bytes()).c_str());
   }
   if (report.count == 0) {
     std::string peaks;

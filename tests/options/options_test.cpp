@@ -294,6 +294,16 @@ TEST(options, device) {
   EXPECT_EQ(one_error("device="), bad_value("", "device", expected));
 }
 
+TEST(options, torch_upstream) {
+  EXPECT_EQ(options{}.torch_upstream, gpuguard::torch_upstream_mode::pool) << "the caching pool by default";
+  EXPECT_EQ(parse_ok("torch_upstream=async").torch_upstream, gpuguard::torch_upstream_mode::async);
+  EXPECT_EQ(parse_ok("torch_upstream=pool", [] { options b; b.torch_upstream = gpuguard::torch_upstream_mode::async; return b; }())
+                .torch_upstream,
+            gpuguard::torch_upstream_mode::pool);
+  EXPECT_EQ(one_error("torch_upstream=cuda"), bad_value("cuda", "torch_upstream", "one of pool, async"));
+  EXPECT_STREQ(gpuguard::to_string(gpuguard::torch_upstream_mode::async), "async");
+}
+
 TEST(options, host_capacity) {
   constexpr std::size_t kib = 1024;
   EXPECT_EQ(parse_ok("host_capacity=0").host_capacity, 0U);

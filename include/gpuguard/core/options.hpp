@@ -37,6 +37,12 @@ enum class torch_mode {
   off,      ///< nothing
 };
 
+/// What the LibTorch swap-in allocator takes its memory from.
+enum class torch_upstream_mode {
+  pool,   ///< gpuguard's caching pool (pool_memory_resource) over cudaMalloc, one per device
+  async,  ///< cudaMallocAsync on the device's default stream-ordered pool
+};
+
 /// The largest `queue_capacity`: each slot of the output queue takes 256 bytes, all allocated and
 /// touched when the outputs start (this many: 256 MiB). A larger value set in the struct is taken
 /// as this one.
@@ -79,6 +85,7 @@ struct options {
 
   // LibTorch adapter (docs/torch.md).
   torch_mode torch = torch_mode::observe;  ///< key `torch`: observe | swap_in | off, for gpuguard::torch::enable()
+  torch_upstream_mode torch_upstream = torch_upstream_mode::pool;  ///< key `torch_upstream`: pool | async, the swap-in's memory
 };
 
 /// What `parse_options` made of a string: the options, and one message per rejected item.
@@ -107,5 +114,6 @@ GPUGUARD_API const options& process_options();
 GPUGUARD_API const char* to_string(stack_mode mode) noexcept;
 GPUGUARD_API const char* to_string(device_mode mode) noexcept;
 GPUGUARD_API const char* to_string(torch_mode mode) noexcept;
+GPUGUARD_API const char* to_string(torch_upstream_mode mode) noexcept;
 
 }  // namespace gpuguard

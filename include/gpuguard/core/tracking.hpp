@@ -7,6 +7,7 @@
 #include <gpuguard/config.hpp>
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,9 @@ struct leak_report {
   std::vector<leak_site> held; ///< by (site, device, tag), largest first; frames not resolved
   misuse_counts misuse;
   std::vector<std::pair<int, counters>> devices;
+  /// What gpuguard's caching pools hold from their upstreams (pool_memory_resource): their cache,
+  /// named apart from the allocations above (collect_leaks fills it; group_leaks leaves it empty).
+  std::vector<pool_holding> pools;
 };
 
 /**
