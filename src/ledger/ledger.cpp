@@ -16,10 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -496,12 +494,7 @@ std::vector<int> detail::active_devices() {
 }
 
 std::vector<frame_info> resolve_site(site_id site) {
-  const std::vector<void*> frames = detail::site_frames(site);
-  const std::size_t python = detail::python_prefix_length(frames.data(), frames.size());
-  std::vector<frame_info> resolved = detail::resolve_python_frames(frames.data(), frames.size());
-  std::vector<frame_info> native = detail::resolve_frames(std::vector<void*>(frames.begin() + static_cast<std::ptrdiff_t>(python), frames.end()));
-  resolved.insert(resolved.end(), std::make_move_iterator(native.begin()), std::make_move_iterator(native.end()));
-  return resolved;
+  return detail::resolve_site_frames(detail::site_frames(site));
 }
 
 }  // namespace gpuguard

@@ -26,9 +26,13 @@
 // needs no GIL and no live interpreter when resolving.
 #include "ledger/python_frames.hpp"
 
+#include "ledger/stacks.hpp"
+
 #include <array>
 #include <cstdint>
+#include <cstddef>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <string>
@@ -342,6 +346,14 @@ std::vector<frame_info> resolve_python_frames(const void* const* frames, std::si
     }
     resolved.push_back(std::move(frame));
   }
+  return resolved;
+}
+
+std::vector<frame_info> resolve_site_frames(const std::vector<void*>& frames) {
+  const std::size_t python = python_prefix_length(frames.data(), frames.size());
+  std::vector<frame_info> resolved = resolve_python_frames(frames.data(), frames.size());
+  std::vector<frame_info> native = resolve_frames(std::vector<void*>(frames.begin() + static_cast<std::ptrdiff_t>(python), frames.end()));
+  resolved.insert(resolved.end(), std::make_move_iterator(native.begin()), std::make_move_iterator(native.end()));
   return resolved;
 }
 

@@ -41,6 +41,10 @@ std::size_t python_prefix_length(const void* const* frames, std::size_t count) n
 /// a live interpreter: the text was copied when each code object was first met.
 std::vector<frame_info> resolve_python_frames(const void* const* frames, std::size_t count);
 
+/// A site's raw frames resolved: its Python part (resolve_python_frames), then its native frames
+/// (resolve_frames, stacks.hpp). Slow: for reports only.
+std::vector<frame_info> resolve_site_frames(const std::vector<void*>& frames);
+
 /// Whether the process has a Python interpreter whose frames the mode asks for (probes once).
 bool python_frames_possible() noexcept;
 

@@ -20,6 +20,7 @@ namespace {
 using gpuguard::device_mode;
 using gpuguard::options;
 using gpuguard::parse_options;
+using gpuguard::python_frames_mode;
 using gpuguard::stack_mode;
 
 using errors = std::vector<std::string>;
