@@ -9,6 +9,7 @@
 // consistent between threads.
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -251,6 +252,9 @@ nb::list device_counters() {
   return out;
 }
 
+// ---- sites (defined at the end of the file) ---------------------------------------------------
+void add_site_functions(nb::module_& m);
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -279,4 +283,43 @@ NB_MODULE(_native, m) {
   m.def("reset_phase_peak", &gpuguard::reset_phase_peak,
         "Starts a new phase: each device's phase_peak_bytes becomes its live_bytes");
   m.def("_set_torch_readers", &set_torch_readers);
+  add_site_functions(m);
 }
+
+// ---- sites ---------------------------------------------------------------------------------------
+// What is live now, by allocation site, as the leak report groups it (gpuguard::collect_leaks),
+// for gpuguard.sites(): under `gpuguard run --track` a site begins with the Python frames of the
+// allocating line (docs/python.md, "Sites").
+
+namespace {
+
+nb::list frames_list(const std::vector<gpuguard::frame_info>& frames) {
+  nb::list out;
+  for (const gpuguard::frame_info& frame : frames) { out.append(nb::make_tuple(frame.function, frame.file, frame.line)); }
+  return out;
+}
+
+// (site, device, tag, bytes, count, held, [(function, file, line)]) per site, largest first,
+// the first `max_resolved` of each kind with their frames.
+nb::list live_sites(std::size_t max_resolved) {
+  gpuguard::leak_report report;
+  {
+    const nb::gil_scoped_release unlocked;  // resolving native frames may take a while
+    report = gpuguard::collect_leaks(max_resolved);
+  }
+  nb::list out;
+  for (const bool held : {false, true}) {
+    for (const gpuguard::leak_site& site : held ? report.held : report.sites) {
+      out.append(nb::make_tuple(site.site, site.device, site.tag, site.bytes, site.count, held, frames_list(site.frames)));
+    }
+  }
+  return out;
+}
+
+void add_site_functions(nb::module_& m) {
+  m.def("_live_sites", &live_sites, nb::arg("max_resolved"),
+        "What is live now by site: (site, device, tag, bytes, count, held, [(function, file, line)]) tuples");
+}
+
+}  // namespace
+

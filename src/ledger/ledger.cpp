@@ -10,6 +10,7 @@
 #include "ledger/deferred_source.hpp"
 #include "ledger/ledger_state.hpp"
 #include "ledger/memory_events.hpp"
+#include "ledger/python_frames.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>
@@ -44,10 +45,15 @@ using detail::thread_state;
 // records, so that the hot paths reach it as an offset from the thread pointer.
 __attribute__((tls_model("initial-exec"))) thread_local thread_state this_thread;
 
-site_id capture_site_now() noexcept {
-  std::array<void*, detail::max_stack_depth> frames{};
-  const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
-  const std::size_t count = detail::capture_caller_frames(frames.data(), depth);
+// A site's frames: the calling thread's Python frames first when it runs Python (python_frames.hpp),
+// then, if `native`, its native stack. A site with Python frames begins at the user's Python line.
+site_id capture_site_now(bool native) noexcept {
+  std::array<void*, detail::python_prefix_slots + detail::max_stack_depth> frames{};
+  std::size_t count = detail::capture_python_frames(frames.data());
+  if (native) {
+    const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
+    count += detail::capture_caller_frames(frames.data() + count, depth);
+  }
   return detail::intern_site(frames.data(), count);
 }
 
@@ -55,22 +61,25 @@ site_id capture_site_now() noexcept {
 // of its own would cost another TLS lookup on every allocation.
 site_id maybe_capture_site(ledger_state& st, thread_state& mine) noexcept {
   const auto mode = static_cast<stack_mode>(st.stacks.load(std::memory_order_relaxed));
-  if (mode == stack_mode::off) { return no_site; }
+  bool native = mode == stack_mode::all;
   if (mode == stack_mode::sampled) {
     if (mine.sample_countdown != 0) {
       --mine.sample_countdown;
-      return no_site;
+    } else {
+      mine.sample_countdown = st.stack_sample.load(std::memory_order_relaxed) - 1;
+      native = true;
     }
-    mine.sample_countdown = st.stack_sample.load(std::memory_order_relaxed) - 1;
   }
-  return capture_site_now();
+  if (!native && !detail::python_frames_live.load(std::memory_order_relaxed)) { return no_site; }
+  return capture_site_now(native);
 }
 
 // Misuse is rare: its report may capture, resolve and write.
 void report_misuse(const detail::misuse_report& m) noexcept {
   ledger_state& st = ledger();
   const bool stacks = st.stacks.load(std::memory_order_relaxed) != static_cast<int>(stack_mode::off);
-  detail::write_misuse_report(stderr, m, stacks ? capture_site_now() : no_site);
+  const bool python = detail::python_frames_live.load(std::memory_order_relaxed);
+  detail::write_misuse_report(stderr, m, stacks || python ? capture_site_now(stacks) : no_site);
   if (st.abort_on_error.load(std::memory_order_relaxed)) {
     std::fputs("[gpuguard] abort_on_error=1: aborting\n", stderr);
     std::abort();
@@ -232,7 +241,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   // Where each free happened is kept (for "first freed at" in a double-free report) only with
   // stacks=all: a capture per free would undo what sampling saves.
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
-  const site_id freed_at = capture ? capture_site_now() : no_site;
+  const site_id freed_at = capture ? capture_site_now(true) : no_site;
   thread_state& mine = this_thread;
   thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
   int freed_slot = 0;
@@ -356,6 +365,8 @@ void catch_up() noexcept {
 
 }  // namespace
 
+bool python_frames_expected() noexcept { return detail::python_frames_possible(); }
+
 void set_ledger_catch_up(void (*catch_up)() noexcept) noexcept {
   catch_up_source.store(catch_up, std::memory_order_release);
 }
@@ -450,6 +461,7 @@ void configure_ledger(const options& opts) noexcept {
                        std::memory_order_relaxed);
   st.abort_on_error.store(opts.abort_on_error, std::memory_order_relaxed);
   st.stacks.store(static_cast<int>(opts.stacks), std::memory_order_relaxed);
+  detail::set_python_frames(opts.python_frames);
 }
 
 // ---- tags and the rest of the core ---------------------------------------------------------------
@@ -482,7 +494,7 @@ std::vector<int> detail::active_devices() {
 }
 
 std::vector<frame_info> resolve_site(site_id site) {
-  return detail::resolve_frames(detail::site_frames(site));
+  return detail::resolve_site_frames(detail::site_frames(site));
 }
 
 }  // namespace gpuguard

@@ -20,6 +20,7 @@ namespace {
 using gpuguard::device_mode;
 using gpuguard::options;
 using gpuguard::parse_options;
+using gpuguard::python_frames_mode;
 using gpuguard::stack_mode;
 
 using errors = std::vector<std::string>;
@@ -81,6 +82,7 @@ TEST(options, defaults) {
   EXPECT_EQ(o.stacks, stack_mode::off);
   EXPECT_EQ(o.stack_sample, 64U);
   EXPECT_EQ(o.stack_depth, 16U);
+  EXPECT_EQ(o.python_frames, python_frames_mode::user);
   EXPECT_FALSE(o.abort_on_error);
   EXPECT_TRUE(o.leak_report);
   EXPECT_EQ(o.leak_json, "");
@@ -206,6 +208,18 @@ TEST(options, stacks) {
   EXPECT_EQ(one_error("stacks="), bad_value("", "stacks", expected));
   EXPECT_EQ(one_error("stacks=all "), bad_value("all ", "stacks", expected));
   EXPECT_EQ(one_error("stacks=1"), bad_value("1", "stacks", expected));
+}
+
+TEST(options, python_frames) {
+  EXPECT_EQ(parse_ok("python_frames=off").python_frames, python_frames_mode::off);
+  EXPECT_EQ(parse_ok("python_frames=all").python_frames, python_frames_mode::all);
+  EXPECT_EQ(parse_ok("python_frames=user", [] { options b; b.python_frames = python_frames_mode::off; return b; }())
+                .python_frames,
+            python_frames_mode::user);
+  const std::string expected = "one of user, all, off";
+  EXPECT_EQ(one_error("python_frames=0"), bad_value("0", "python_frames", expected));
+  EXPECT_EQ(one_error("python_frames=USER"), bad_value("USER", "python_frames", expected));
+  EXPECT_STREQ(gpuguard::to_string(python_frames_mode::all), "all");
 }
 
 TEST(options, stack_sample) {

@@ -22,6 +22,13 @@ enum class stack_mode {
   all,      ///< every allocation
 };
 
+/// Which Python frames an allocation records (docs/python.md, "Sites").
+enum class python_frames_mode {
+  off,   ///< none
+  user,  ///< the innermost frames outside gpuguard's and PyTorch's packages
+  all,   ///< the innermost frames outside gpuguard's package
+};
+
 /// Which memory the tracking resources sit on.
 enum class device_mode {
   automatic,  ///< `cuda` when a GPU is usable, `host` when not (and it says so)
@@ -53,6 +60,7 @@ struct options {
   stack_mode stacks = stack_mode::off;   ///< key `stacks`: off | sampled | all
   std::uint32_t stack_sample = 64;       ///< key `stack_sample`: 1 in N allocations when sampled (1..1000000)
   std::uint32_t stack_depth = 16;        ///< key `stack_depth`: frames kept per stack (1..64)
+  python_frames_mode python_frames = python_frames_mode::user;  ///< key `python_frames`: user | all | off
   bool abort_on_error = false;           ///< key `abort_on_error`: misuse (double free, ...) aborts
   bool leak_report = true;               ///< key `leak_report`: text leak report on stderr at exit
   std::string leak_json;                 ///< key `leak_json`: path of a JSON leak report at exit ("" = none)
@@ -115,5 +123,6 @@ GPUGUARD_API const char* to_string(stack_mode mode) noexcept;
 GPUGUARD_API const char* to_string(device_mode mode) noexcept;
 GPUGUARD_API const char* to_string(torch_mode mode) noexcept;
 GPUGUARD_API const char* to_string(torch_upstream_mode mode) noexcept;
+GPUGUARD_API const char* to_string(python_frames_mode mode) noexcept;
 
 }  // namespace gpuguard

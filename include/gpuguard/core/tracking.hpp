@@ -62,7 +62,7 @@ struct leak_report {
   std::vector<leak_site> sites;
   std::size_t held_bytes = 0;  ///< live under an exit holder's tag (a cache), not counted as leaked
   std::uint64_t held_count = 0;
-  std::vector<leak_site> held; ///< by (site, device, tag), largest first; frames not resolved
+  std::vector<leak_site> held; ///< by (site, device, tag), largest first; resolved and merged as `sites`
   misuse_counts misuse;
   std::vector<std::pair<int, counters>> devices;
   /// What gpuguard's caching pools hold from their upstreams (pool_memory_resource): their cache,
