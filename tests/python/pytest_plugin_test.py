@@ -54,14 +54,14 @@ def run(argv, timeout=240, **kwargs):
 
 # ---- the venv: the wheel, and this Python's pytest beside it --------------------------------------
 venv = os.path.join(tmp, "venv")
-made = run([sys.executable, "-m", "venv", venv])
-if made.returncode != 0:
-    abort("python -m venv makes the venv", made.stderr)
 bindir = os.path.join(venv, "bin")
 python = os.path.join(bindir, "python")
-installed = run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheels[0]])
-if installed.returncode != 0:
-    abort("pip installs the wheel into the venv", installed.stdout + installed.stderr)
+for what, argv in (("python -m venv makes the venv", [sys.executable, "-m", "venv", venv]),
+                   ("pip installs the wheel into the venv",
+                    [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheels[0]])):
+    done = run(argv)
+    if done.returncode != 0:
+        abort(what, done.stdout + done.stderr)
 purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
 write_text(os.path.join(purelib, "outer-site-packages.pth"),
            "\n".join(site.getsitepackages() + [os.path.dirname(os.path.dirname(pytest.__file__))]) + "\n")
@@ -98,7 +98,7 @@ def failure_text(result, test):
 
 if GPU:
     # ---- PyTorch tensors on the GPU -----------------------------------------------------------------
-    tests = write_text(os.path.join(project, "test_torch_gpu.py"), f"""\
+    write_text(os.path.join(project, "test_torch_gpu.py"), f"""\
 import pytest
 import torch
 
@@ -137,7 +137,7 @@ def test_peak_over():
     check(ran.returncode == 1 and got == {"test_warm_up": "PASSED", "test_freed_tensor": "PASSED",
                                           "test_kept_tensor": "FAILED", "test_peak_within": "PASSED",
                                           "test_peak_over": "FAILED"},
-          "pytest --gpuguard on CUDA tensors: exit 1, the kept tensor and the peak over its limit fail", 
+          "pytest --gpuguard on CUDA tensors: exit 1, the kept tensor and the peak over its limit fail",
           (ran.returncode, got, ran.stdout[-3000:], ran.stderr[-2000:]))
     kept = failure_text(ran, "test_kept_tensor")
     check("gpuguard: the test left 16.0 MiB" in kept and "PyTorch: its tensors hold 16.0 MiB (16777216 bytes) more "
@@ -298,6 +298,76 @@ check(bad.returncode == 4 and "test_bad.py::test_bad_size: gpu_limit_leaks('2 GB
       "expected a number and a unit" in bad.stderr and "PASSED" not in bad.stdout,
       "a bad size: exit 4 (usage error) naming the test, the marker and the size",
       (bad.returncode, bad.stdout[-1000:], bad.stderr[-1000:]))
+
+# PyTorch's part, from a stand-in `torch` whose CUDA state is up: its cache is emptied at the body's
+# start and end (after a synchronize), and a rise of its allocated bytes is the test's leak.
+write_text(os.path.join(project, "test_torch_stand_in.py"), f"""\
+import sys
+import types
+
+import pytest
+
+MIB = {MIB}
+calls = []
+
+
+class cuda:
+    allocated = 0
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def device_count():
+        return 2
+
+    @staticmethod
+    def memory_reserved(device):
+        return 64 * MIB if device == 0 else 0  # device 1: none of PyTorch's memory, left alone
+
+    @staticmethod
+    def synchronize(device):
+        calls.append(f"synchronize({{device}})")
+
+    @staticmethod
+    def empty_cache():
+        calls.append("empty_cache")
+
+    @classmethod
+    def memory_allocated(cls, device):
+        assert device == 0
+        return cls.allocated
+
+
+sys.modules["torch"] = types.ModuleType("torch")
+sys.modules["torch"].cuda = cuda
+
+
+@pytest.mark.gpu_limit_leaks("0 B")
+def test_tensor_freed():
+    cuda.allocated += 4 * MIB
+    cuda.allocated -= 4 * MIB
+
+
+@pytest.mark.gpu_limit_leaks("1 MiB")
+def test_tensor_kept():
+    cuda.allocated += 4 * MIB
+
+
+def test_settled_around_each_marked_body():
+    assert calls == ["synchronize(0)", "empty_cache"] * 4
+""")
+torch_run = pytest_child("--gpuguard", "test_torch_stand_in.py")
+check(torch_run.returncode == 1 and outcomes(torch_run) == {
+          "test_tensor_freed": "PASSED", "test_tensor_kept": "FAILED", "test_settled_around_each_marked_body": "PASSED"},
+      "a stand-in torch: the kept tensor fails, the freed one passes; synchronize and empty_cache around each body",
+      (torch_run.returncode, outcomes(torch_run), torch_run.stdout[-3000:], torch_run.stderr[-1500:]))
+kept_text = failure_text(torch_run, "test_tensor_kept")
+check("gpuguard: the test left 4.0 MiB (4194304 bytes) of device memory live, over the limit of 1.0 MiB (1048576 "
+      "bytes) (gpu_limit_leaks('1 MiB'))" in kept_text and "PyTorch: its tensors hold 4.0 MiB (4194304 bytes) more on "
+      "device 0 than at the test's start" in kept_text, "the kept tensor's failure: PyTorch's tensors on device 0",
+      kept_text)
 
 # pytest.main() inside another program: not restarted, refused with what to run.
 inside = run([python, "-c", "import sys, pytest; sys.exit(pytest.main(['--gpuguard', 'test_clean.py']))"],
