@@ -2,6 +2,8 @@
 // what the ledger, the scopes and the outputs keep in it.
 #include "ledger/postmortem.hpp"
 
+#include <gpuguard/core/allocation_source.hpp>
+
 #include "ledger/ledger_internal.hpp"
 #include "ledger/stacks.hpp"
 
@@ -28,6 +30,8 @@
 
 namespace gpuguard::detail::postmortem {
 
+
+static_assert(device_slots <= static_cast<int>(device_words), "a peak word per device slot");
 
 std::atomic<part*> current_part{nullptr};
 std::atomic<bool> region_possible{true};
@@ -234,7 +238,18 @@ void note_event_slow(part& p, bool alloc, const allocation_record& record, std::
     const std::uint64_t count = load(slot->count[current]);
     store(slot->bytes[current ^ 1U], alloc ? bytes + record.bytes : bytes - record.bytes);
     store(slot->count[current ^ 1U], alloc ? count + 1 : count - 1);
+    const std::size_t n = current ^ 1U;
+    store(slot->allocations[n], load(slot->allocations[current]) + (alloc ? 1 : 0));
+    store(slot->frees[n], load(slot->frees[current]) + (alloc ? 0 : 1));
+    store(slot->total_bytes[n], load(slot->total_bytes[current]) + (alloc ? record.bytes : 0));
     end_write(slot->seq, s);
+  }
+  // The peak: only when it rises (seldom), and only where the ledger knows the device's live
+  // bytes (its counter shared).
+  if (alloc && live_bytes != unknown_size && static_cast<std::size_t>(device_slot) < device_words) {
+    word& peak = p.header.device_peak[device_slot];
+    std::uint64_t seen = load(peak);
+    while (live_bytes > seen && !peak.compare_exchange_weak(seen, live_bytes, std::memory_order_relaxed)) {}
   }
   const std::uint64_t index = p.header.event_head.fetch_add(1, std::memory_order_relaxed);
   event_slot& e = p.events[index & (ring_slots - 1)];

@@ -98,6 +98,11 @@ read_part read_one(const part& p, std::size_t at) {
   r.program = load_text(p.header.program, text_words);
   r.dropped_sites = load(p.header.dropped_sites);
   r.dropped_threads = load(p.header.dropped_threads);
+  for (std::size_t d = 0; d < device_words; ++d) {
+    if (const std::uint64_t peak = load(p.header.device_peak[d]); peak != 0) {
+      r.device_peaks.emplace_back(static_cast<int>(d) - 1, peak);
+    }
+  }
   std::string log_path;
   std::int64_t log_start = 0;
   if (stable_copy(p.header.log_seq, [&] {
@@ -120,9 +125,12 @@ read_part read_one(const part& p, std::size_t at) {
     l.device = device_slot == 0 ? -1 : device_slot - 1;
     l.bytes = static_cast<std::int64_t>(load(slot.bytes[current]));
     l.count = static_cast<std::int64_t>(load(slot.count[current]));
+    l.allocations = static_cast<std::int64_t>(load(slot.allocations[current]));
+    l.frees = static_cast<std::int64_t>(load(slot.frees[current]));
+    l.total_bytes = static_cast<std::int64_t>(load(slot.total_bytes[current]));
     std::atomic_thread_fence(std::memory_order_acquire);
     l.in_flight = odd || slot.seq.load(std::memory_order_relaxed) != seq;
-    if (l.bytes != 0 || l.count != 0 || l.in_flight) { r.live.push_back(l); }
+    if (l.bytes != 0 || l.count != 0 || l.allocations != 0 || l.in_flight) { r.live.push_back(l); }
   }
   for (const site_slot& slot : p.sites) {
     std::uint64_t site = 0;

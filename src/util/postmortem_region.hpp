@@ -61,9 +61,14 @@ inline constexpr std::size_t text_words = 64;        // the log's path, the prog
 struct live_slot {
   word key;  // 0: free; else (site << 16 | device slot) + 1
   word seq;
-  word bytes[2];
-  word count[2];
+  word bytes[2];        // live
+  word count[2];        // live
+  word allocations[2];  // since the part was claimed
+  word frees[2];
+  word total_bytes[2];  // allocated since the part was claimed
 };
+
+inline constexpr std::size_t device_words = 66;  // the host, then devices 0..64
 
 /// A site's raw return addresses, innermost first, written once.
 struct site_slot {
@@ -121,6 +126,7 @@ struct part_header {
   word modules;            // module slots in use
   word dropped_sites;      // allocations whose (site, device) found no slot
   word dropped_threads;    // scopes of threads that found no slot
+  word device_peak[device_words];  // the highest live bytes the ledger reported (host, device 0, ...)
   word log_seq;            // guards the log's fields
   word log_start_unix_ns;  // the JSONL log's t=0 in wall time
   word log_path[text_words];
@@ -164,6 +170,9 @@ struct read_live {
   int device = -1;  // -1: host
   std::int64_t bytes = 0;
   std::int64_t count = 0;
+  std::int64_t allocations = 0;
+  std::int64_t frees = 0;
+  std::int64_t total_bytes = 0;
   bool in_flight = false;  // its writer died mid-update: the last committed figures
 };
 struct read_event {
@@ -211,6 +220,7 @@ struct read_part {
   std::vector<read_module> modules;
   std::uint64_t dropped_sites = 0;
   std::uint64_t dropped_threads = 0;
+  std::vector<std::pair<int, std::uint64_t>> device_peaks;  // device (-1: host), peak live bytes
 };
 
 /// A read-only view of a region (by descriptor), checked against the format.
