@@ -23,6 +23,12 @@ add_test(NAME cli.run.postmortem
     $<TARGET_FILE:gpuguard_postmortem_child> ${PROJECT_SOURCE_DIR}/docs/schemas/events-v1.schema.json)
 set_tests_properties(cli.run.postmortem PROPERTIES TIMEOUT 180)
 
+# On a GPU: a PyTorch job under --track SIGKILLed mid-step: its post-mortem's device bytes against
+# NVML's figure for the process just before the kill. Skips (77) without a GPU.
+add_test(NAME gpu.run_postmortem
+  COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run/run_postmortem_gpu_test.py $<TARGET_FILE:gpuguard_cli>)
+set_tests_properties(gpu.run_postmortem PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu RESOURCE_LOCK gpu_device_memory TIMEOUT 240)
+
 # A real PyTorch job: DataLoader workers and a multiprocessing helper outlive their parent's
 # SIGKILL without gpuguard, and not with it. Needs torch (scripts/deps.sh test installs it); fails,
 # never skips, without it.
