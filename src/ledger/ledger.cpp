@@ -11,6 +11,7 @@
 #include "ledger/ledger_state.hpp"
 #include "ledger/memory_events.hpp"
 #include "ledger/python_frames.hpp"
+#include "ledger/postmortem.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>
@@ -155,6 +156,7 @@ bool record_allocation_in(ledger_state& st, live_shard& s, const new_allocation&
     return false;  // only without `stopped`: with every shard held, the room was made above
   }
   if (replaces) {
+    detail::postmortem::note_event(false, *record, unknown_size);
     remove_bytes(st.device_ref(device_slot_of(record->device)), counts, record->bytes);
     remove_bytes(st.tag_ref(record->tag), counts, record->bytes);
     count_free(counts, device_slot_of(record->device), record->tag);
@@ -182,6 +184,7 @@ bool record_allocation_in(ledger_state& st, live_shard& s, const new_allocation&
   // capture, as it was, an allocation's time could precede that change by the capture's time, and
   // a memory sample in between read the bytes from before it at a later time.
   detail::note_mem_event(true, *record, live, a.thread);
+  detail::postmortem::note_event(true, *record, live);
   count_allocation(counts, slot, a.tag, event.bytes);
   thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
@@ -205,6 +208,7 @@ __attribute__((noinline)) void record_allocation_stopped(ledger_state& st, live_
 void record_allocation(const allocation_event& event) noexcept {
   if (event.ptr == nullptr) { return; }
   ledger_state& st = ledger();
+  detail::postmortem::prepare();  // outside every lock: the first claims the post-mortem part
   thread_state& mine = this_thread;
   const std::uint32_t thread = detail::thread_id(mine);
   // The coarse clock: the exact one costs the most of anything here right after a driver call,
@@ -217,7 +221,10 @@ void record_allocation(const allocation_event& event) noexcept {
   const site_id site = maybe_capture_site(st, mine);
   const new_allocation a{event, mine.tag, thread, coarse_ns, site, next_sequence(mine),
                          detail::pointer_hash(event.ptr)};
-  if (site != no_site) { st.sites.count(site, event.bytes); }
+  if (site != no_site) {
+    st.sites.count(site, event.bytes);
+    detail::postmortem::note_site(site);
+  }
   thread_counts& counts = counts_of(mine);
   live_shard& s = st.table.shard_for(a.hash);
   {
@@ -278,6 +285,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       look_at_local = live != unknown_size || tag_live != unknown_size;
       count_free(counts, freed_slot, freed_tag);
       detail::note_mem_event(false, *slot, live, detail::thread_id(mine));
+      detail::postmortem::note_event(false, *slot, live);
       thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
       ++memory.frees;
