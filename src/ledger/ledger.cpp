@@ -10,8 +10,8 @@
 #include "ledger/deferred_source.hpp"
 #include "ledger/ledger_state.hpp"
 #include "ledger/memory_events.hpp"
-#include "ledger/python_frames.hpp"
 #include "ledger/postmortem.hpp"
+#include "ledger/python_frames.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>
