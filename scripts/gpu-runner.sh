@@ -6,8 +6,8 @@
 #
 # usage: scripts/gpu-runner.sh [SLICE...]      (default: all)
 #   core     guards, tracking, operation scopes, exit paths, the leak report and the demo on the GPU
-#   torch    the LibTorch adapter: its GPU tests, and its CPU tests with every GPU hidden
-#   process  gpuguard run, gpuguard doctor and the interposer (--track) on real GPU processes
+#   torch    the LibTorch adapter and the pytest plugin: their GPU tests, and the CPU tests with every GPU hidden
+#   process  gpuguard run (post-mortems included), gpuguard doctor and the interposer (--track, Python sites) on real GPU processes
 #   bench    the benchmarks (benchmarks.md and .json) and the LibTorch step-time ratios
 #   all      every slice above, after building everything; also checks that every test labelled
 #            gpu belongs to a slice
@@ -34,12 +34,12 @@ usage() { awk 'NR >= 7 && /^#/ { sub(/^# ?/, ""); print; next } NR > 7 { exit }'
 # (multigpu.* run only on a machine with two GPUs; elsewhere they are left out and the summary says so.)
 targets_core="gpuguard_gpu_tests gpuguard_multi_gpu_tests gpuguard_no_gpu_tests gpuguard_leak_child gpuguard_hooks_child gpuguard_demo gpuguard_cli"
 tests_core='^(gpu\.|multigpu\.|no_gpu\.|examples\.demo$)'
-exclude_core='^(gpu\.(torch\.|run$|run_clean$|doctor$|preload$|preload_torch$)|multigpu\.torch\.)'
+exclude_core='^(gpu\.(torch\.|run$|run_clean$|run_postmortem$|doctor$|preload$|preload_torch$|python_sites_torch$)|multigpu\.torch\.)'
 targets_torch="gpuguard_torch_cpu_tests gpuguard_torch_gpu_tests gpuguard_torch_multi_gpu_tests gpuguard_torch_alloc torch_cnn"
 tests_torch='^(gpu\.torch\.|multigpu\.torch\.|torch\.)'
 exclude_torch='^$'
 targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program gpuguard_defer_program"
-tests_process='^gpu\.(run|run_clean|doctor|preload|preload_torch)$'
+tests_process='^gpu\.(run|run_clean|run_postmortem|doctor|preload|preload_torch|python_sites_torch)$'
 exclude_process='^$'
 targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn gpuguard_track_bench gpuguard_cli gpuguard_preload"
 test_slices="core torch process"
