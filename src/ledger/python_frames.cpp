@@ -9,28 +9,34 @@
 //     holds (PyTorch's allocator mutex), and taking it there deadlocks. Frames are read only when
 //     PyGILState_Check() says this thread holds the GIL and the thread has a current thread state
 //     (PyGILState_Check says yes to every thread once sub-interpreters were made).
-//   - Only the public, version-stable frame API is used: PyEval_GetFrame, PyFrame_GetBack,
-//     PyFrame_GetCode, PyFrame_GetLineNumber (3.9+). From 3.11 these make frame objects for
-//     frames that had none (small allocations, under the GIL, kept by the frame until it ends).
+//   - Where this interpreter's layout is in python_raw.cpp's table (3.11), the thread's own frame
+//     chain is read from memory whether or not it holds the GIL (walk_raw, below): PyTorch's
+//     operators release the GIL while they allocate. Elsewhere only the public, version-stable
+//     frame API is used, by a GIL holder: PyEval_GetFrame, PyFrame_GetBack, PyFrame_GetCode,
+//     PyFrame_GetLineNumber (3.9+). From 3.11 these make frame objects for frames that had none
+//     (small allocations, under the GIL, kept by the frame until it ends).
 //
 // How the text is kept. A site is interned on the hot path and resolved when a report is written,
 // which may be after Python finalised (the exit report runs from on_exit) and on a thread without
 // the GIL. So each frame is kept as (code object, line), and the text of a code object (co_filename,
 // co_qualname or co_name, and whether its module is gpuguard's or PyTorch's) is copied into a table
-// of ours the first time a capture meets that code object. We keep a reference to that code object
-// for the life of the process: its address then cannot be reused by another code object, so the
-// address is a safe key, and a capture that meets known code does no Python call beyond the frame
+// of ours the first time a capture meets that code object. Through the API we keep a reference to
+// that code object for the life of the process: its address then cannot be reused by another code
+// object, so the address is a safe key (the raw walk's key is wider: code_key), and a capture that meets known code does no Python call beyond the frame
 // walk and allocates nothing. Code objects belong to functions, lambdas and modules, whose number
 // the program's source bounds; the table stops growing at max_codes (code made by exec in a loop).
 // Unlike PyTorch (references to code objects, text looked up at report time with the GIL), this
 // needs no GIL and no live interpreter when resolving.
 #include "ledger/python_frames.hpp"
 
+#include "ledger/python_raw.hpp"
 #include "ledger/stacks.hpp"
 
 #include <array>
 #include <cstdint>
 #include <cstddef>
+#include <cstring>
+#include <functional>
 #include <deque>
 #include <iterator>
 #include <mutex>
@@ -69,6 +75,12 @@ struct python_api {
   void (*err_fetch)(object**, object**, object**) = nullptr;  // PyErr_Fetch
   void (*err_restore)(object*, object*, object*) = nullptr;   // PyErr_Restore
   void (*err_clear)() = nullptr;                        // PyErr_Clear
+  // The walk without the GIL (walk_raw), where `layout` is set: 3.11+ only.
+  const python_layout* layout = nullptr;                // this interpreter's, where one was verified
+  object* (*this_thread_state)() = nullptr;             // PyGILState_GetThisThreadState: no GIL needed
+  const object* code_type = nullptr;                    // &PyCode_Type
+  const object* unicode_type = nullptr;                 // &PyUnicode_Type
+  const object* bytes_type = nullptr;                   // &PyBytes_Type
 };
 
 template <class F>
@@ -80,6 +92,24 @@ bool find(F& into, const char* name) noexcept {
 template <class F>
 void find_either(F& into, const char* newer, const char* older) noexcept {
   if (!find(into, newer)) { static_cast<void>(find(into, older)); }
+}
+
+// The raw walk's needs: the version (Py_Version, 3.11+), a verified layout for it, and the types
+// whose addresses tell a code object, a str and a bytes object from anything else. A debug build
+// (Py_REF_DEBUG: _Py_NegativeRefcount) has other object headers and gets no layout.
+void find_raw_layout(python_api& found) noexcept {
+  const void* version = ::dlsym(RTLD_DEFAULT, "Py_Version");
+  if (version == nullptr || ::dlsym(RTLD_DEFAULT, "_Py_NegativeRefcount") != nullptr) { return; }
+  unsigned long hex = 0;  // NOLINT(google-runtime-int): CPython's type for Py_Version
+  std::memcpy(&hex, version, sizeof hex);
+  const python_layout* layout = python_layout_for(static_cast<int>((hex >> 24U) & 0xffU), static_cast<int>((hex >> 16U) & 0xffU));
+  found.code_type = static_cast<const object*>(::dlsym(RTLD_DEFAULT, "PyCode_Type"));
+  found.unicode_type = static_cast<const object*>(::dlsym(RTLD_DEFAULT, "PyUnicode_Type"));
+  found.bytes_type = static_cast<const object*>(::dlsym(RTLD_DEFAULT, "PyBytes_Type"));
+  if (layout != nullptr && find(found.this_thread_state, "PyGILState_GetThisThreadState") &&
+      found.code_type != nullptr && found.unicode_type != nullptr && found.bytes_type != nullptr) {
+    found.layout = layout;
+  }
 }
 
 python_api api;                                   // written once, before `present` is published
@@ -107,6 +137,7 @@ const python_api* python() noexcept {
     }
     find_either(found.is_finalizing, "Py_IsFinalizing", "_Py_IsFinalizing");
     find_either(found.thread_state, "PyThreadState_GetUnchecked", "_PyThreadState_UncheckedGet");
+    find_raw_layout(found);
     api = found;
     present.store(true, std::memory_order_release);
   });
@@ -125,10 +156,36 @@ struct code_entry {
 constexpr std::size_t max_codes = 65536;
 constexpr std::uint32_t unknown_code = 0xffffffffU;
 
+// What names a code object in the table. The C API path holds a reference to each code object it
+// keeps, so its address alone is a key (the other fields stay null). The raw walk holds none (it
+// may not touch reference counts): a code object it met may be freed and its address reused by
+// another, so its key also holds the addresses of its file and name strings and its first line,
+// which the frames that run it keep alive. A stale entry would need a new code object, its file
+// name and its name all at the addresses of freed ones, with the same first line.
+struct code_key {
+  const object* code = nullptr;
+  const object* file = nullptr;
+  const object* name = nullptr;
+  int first_line = 0;
+};
+
+bool operator==(const code_key& a, const code_key& b) noexcept {
+  return a.code == b.code && a.file == b.file && a.name == b.name && a.first_line == b.first_line;
+}
+
+struct code_key_hash {
+  std::size_t operator()(const code_key& key) const noexcept {
+    std::size_t hash = std::hash<const object*>{}(key.code);
+    hash = hash * 31 + std::hash<const object*>{}(key.file);
+    hash = hash * 31 + std::hash<const object*>{}(key.name);
+    return hash * 31 + static_cast<std::size_t>(key.first_line);
+  }
+};
+
 struct code_table {
   std::mutex mutex;
-  std::unordered_map<const object*, std::uint32_t> index;  // code object -> entry (and package in bits 30-31)
-  std::deque<code_entry> entries;                          // stable: never shrinks
+  std::unordered_map<code_key, std::uint32_t, code_key_hash> index;  // -> entry (and package in bits 30-31)
+  std::deque<code_entry> entries;                                    // stable: never shrinks
 };
 
 code_table& codes() {
@@ -150,7 +207,7 @@ struct known_code {
 // Each thread's last code objects: a capture in a loop finds its code here, without the lock.
 constexpr std::size_t thread_cache_ways = 64;
 struct cached_code {
-  const object* code = nullptr;
+  code_key key;
   known_code known;
 };
 thread_local std::array<cached_code, thread_cache_ways> thread_codes{};
@@ -204,33 +261,37 @@ void describe(const python_api& py, object* code, object* frame, code_entry& ent
   py.err_restore(type, value, traceback);
 }
 
-known_code code_of(const python_api& py, object* code, object* frame) noexcept {
-  cached_code& slot = thread_codes[(reinterpret_cast<std::uintptr_t>(code) >> 4U) % thread_cache_ways];
-  if (slot.code == code) { return slot.known; }
+// The entry of the code object `key` names: from this thread's cache, the table, or (the first
+// time) `describe(entry, where)`, which runs outside the table's lock and returns whether the
+// table may keep the new entry's key for good (then `keep()` runs under the lock).
+template <class Describe, class Keep>
+known_code code_of(const code_key& key, Describe&& describe_code, Keep&& keep) noexcept {
+  cached_code& slot = thread_codes[(reinterpret_cast<std::uintptr_t>(key.code) >> 4U) % thread_cache_ways];
+  if (slot.key == key) { return slot.known; }
   code_table& table = codes();
   known_code known;
   bool found = false;
   {
     const std::lock_guard<std::mutex> lock(table.mutex);
-    if (const auto it = table.index.find(code); it != table.index.end()) {
+    if (const auto it = table.index.find(key); it != table.index.end()) {
       known.index = it->second & 0x3fffffffU;
       known.where = static_cast<package>(it->second >> 30U);
       found = true;
     }
   }
   if (!found) {
-    // Outside the lock: reading the text calls Python, which must never wait with our lock held.
+    // Outside the lock: reading the text may call Python, which must never wait with our lock held.
     code_entry entry;
-    describe(py, code, frame, entry, known.where);
+    describe_code(entry, known.where);
     try {
       const std::lock_guard<std::mutex> lock(table.mutex);
-      if (const auto it = table.index.find(code); it != table.index.end()) {
+      if (const auto it = table.index.find(key); it != table.index.end()) {
         known.index = it->second & 0x3fffffffU;  // another thread (no GIL: free-threaded) was first
       } else if (table.entries.size() < max_codes) {
         const auto index = static_cast<std::uint32_t>(table.entries.size());
         table.entries.push_back(std::move(entry));
-        table.index.emplace(code, index | (static_cast<std::uint32_t>(known.where) << 30U));
-        py.incref(code);  // ours for good: the address stays this code object's
+        table.index.emplace(key, index | (static_cast<std::uint32_t>(known.where) << 30U));
+        keep();
         known.index = index;
       } else {
         return known;  // the table is full: this frame's text is not kept
@@ -239,9 +300,16 @@ known_code code_of(const python_api& py, object* code, object* frame) noexcept {
       return known_code{};
     }
   }
-  slot.code = code;
+  slot.key = key;
   slot.known = known;
   return known;
+}
+
+// Through the C API (GIL held): the key is the code object, kept alive by a reference of ours.
+known_code api_code_of(const python_api& py, object* code, object* frame) noexcept {
+  return code_of(
+      code_key{code}, [&](code_entry& entry, package& where) { describe(py, code, frame, entry, where); },
+      [&] { py.incref(code); });  // ours for good: the address stays this code object's
 }
 
 // ---- the walk ------------------------------------------------------------------------------------
@@ -271,7 +339,7 @@ std::size_t walk(const python_api& py, python_frames_mode how, void** words) noe
   std::size_t passed_count = 0;
   for (std::size_t depth = 0; frame != nullptr && depth < max_walk; ++depth) {
     object* code = py.frame_code(frame);
-    const known_code known = code != nullptr ? code_of(py, code, frame) : known_code{};
+    const known_code known = code != nullptr ? api_code_of(py, code, frame) : known_code{};
     if (code != nullptr) { py.decref(code); }
     const bool over = known.where == package::gpuguard || (known.where == package::torch && how == python_frames_mode::user);
     if (!over) {
@@ -284,6 +352,120 @@ std::size_t walk(const python_api& py, python_frames_mode how, void** words) noe
     frame = back;
   }
   if (frame != nullptr) { py.decref(frame); }
+  if (kept == 0) {
+    for (; kept < passed_count; ++kept) { words[kept] = passed[kept]; }
+  }
+  return kept;
+}
+
+// ---- the walk without the GIL -------------------------------------------------------------------
+//
+// A thread that released the GIL inside a C call made from Python (a ctypes.CDLL call, a PyTorch
+// operator) still has its thread state and its chain of interpreter frames, which nothing but
+// this thread changes: it is blocked in this very call. So the chain is read from memory, as
+// out-of-process profilers read it (py-spy), with no GIL, no reference counted, no Python call:
+// tstate->cframe->current_frame, then each frame's previous. Every frame, code object and string
+// it reaches is kept alive by the frames below this call, and every pointer is one CPython wrote
+// for this thread, so the reads need no probing of the address space; what a wrong layout could
+// make of them is caught by checking each code object's, string's and line table's type against
+// PyCode_Type, PyUnicode_Type and PyBytes_Type before reading it, and by bounding the walk.
+
+template <class T>
+T field(const void* base, std::uint32_t offset) noexcept {
+  T value;
+  std::memcpy(&value, static_cast<const char*>(base) + offset, sizeof value);
+  return value;
+}
+
+bool is_a(const python_layout& layout, const void* thing, const void* type) noexcept {
+  return thing != nullptr && reinterpret_cast<std::uintptr_t>(thing) % alignof(void*) == 0 &&
+         field<const void*>(thing, layout.object_type) == type;
+}
+
+constexpr std::size_t max_text = 4096;  // a longer file or function name is cut here
+
+// A str's text: a compact ASCII string's own bytes, else its UTF-8 cache where CPython made one.
+std::string raw_text(const python_api& py, const python_layout& layout, const void* text) {
+  if (!is_a(layout, text, py.unicode_type)) { return "<unknown>"; }
+  const auto state = field<std::uint32_t>(text, layout.ascii_state);
+  if ((state & unicode_compact_bit) == 0) { return "<non-ascii>"; }
+  const char* chars = nullptr;
+  std::int64_t length = 0;
+  if ((state & unicode_ascii_bit) != 0) {
+    chars = static_cast<const char*>(text) + layout.ascii_size;
+    length = field<std::int64_t>(text, layout.ascii_length);
+  } else {
+    chars = field<const char*>(text, layout.compact_utf8);
+    length = field<std::int64_t>(text, layout.compact_utf8_length);
+  }
+  if (chars == nullptr || length < 0) { return "<non-ascii>"; }
+  return std::string(chars, static_cast<std::size_t>(length) < max_text ? static_cast<std::size_t>(length) : max_text);
+}
+
+// Which package a file belongs to, by its path: an installed package's directory
+// (site-packages/torch/..., dist-packages/gpuguard/...). The raw walk cannot read the module's
+// __name__ (a dict lookup) as the C API path does.
+package package_of_file(std::string_view file) noexcept {
+  if (file.find("-packages/torch/") != std::string_view::npos) { return package::torch; }
+  if (file.find("-packages/gpuguard/") != std::string_view::npos) { return package::gpuguard; }
+  return package::user;
+}
+
+known_code raw_code_of(const python_api& py, const python_layout& layout, const object* code) noexcept {
+  code_key key{code, field<const object*>(code, layout.code_filename), field<const object*>(code, layout.code_qualname),
+               field<int>(code, layout.code_firstlineno)};
+  return code_of(
+      key,
+      [&](code_entry& entry, package& where) {
+        try {
+          entry.file = raw_text(py, layout, key.file);
+          entry.function = raw_text(py, layout, key.name);
+          if (entry.function == "<unknown>") { entry.function = raw_text(py, layout, field<const object*>(code, layout.code_name)); }
+          where = package_of_file(entry.file);
+        } catch (...) {  // out of memory: the text stays as far as it got
+        }
+      },
+      [] {});
+}
+
+// The line a frame runs: its instruction's index in its code, looked up in the location table.
+int raw_line(const python_api& py, const python_layout& layout, const object* code, const void* frame) noexcept {
+  const auto* table = field<const object*>(code, layout.code_linetable);
+  const int first_line = field<int>(code, layout.code_firstlineno);
+  if (!is_a(layout, table, py.bytes_type)) { return first_line; }
+  const auto size = field<std::int64_t>(table, layout.bytes_size);
+  const auto instruction = reinterpret_cast<std::intptr_t>(field<const void*>(frame, layout.frame_instr));
+  const auto units = reinterpret_cast<std::intptr_t>(code) + layout.code_adaptive;
+  return python_line(reinterpret_cast<const std::uint8_t*>(table) + layout.bytes_data,
+                     size < 0 ? 0 : static_cast<std::size_t>(size), first_line, (instruction - units) / 2);
+}
+
+std::size_t walk_raw(const python_api& py, python_frames_mode how, void** words) noexcept {
+  const python_layout& layout = *py.layout;
+  const void* thread = py.this_thread_state();
+  if (thread == nullptr) { return 0; }  // a native thread Python never ran on
+  const void* cframe = field<const void*>(thread, layout.thread_cframe);
+  const void* frame = cframe != nullptr ? field<const void*>(cframe, layout.cframe_frame) : nullptr;
+  std::size_t kept = 0;
+  std::array<void*, max_python_frames> passed{};
+  std::size_t passed_count = 0;
+  for (std::size_t depth = 0; frame != nullptr && kept < max_python_frames && depth < max_walk; ++depth) {
+    if (reinterpret_cast<std::uintptr_t>(frame) % alignof(void*) != 0) { break; }
+    if (layout.owner_cstack < 0 || field<char>(frame, layout.frame_owner) != layout.owner_cstack) {
+      const auto* code = field<const object*>(frame, layout.frame_code);
+      if (!is_a(layout, code, py.code_type)) { break; }  // not a frame this layout describes: stop
+      const known_code known = raw_code_of(py, layout, code);
+      const bool over = known.where == package::gpuguard || (known.where == package::torch && how == python_frames_mode::user);
+      if (!over) {
+        words[kept++] = pack(known.index, raw_line(py, layout, code, frame));
+      } else if (kept == 0 && passed_count < passed.size()) {
+        passed[passed_count++] = pack(known.index, raw_line(py, layout, code, frame));
+      }
+    }
+    const void* previous = field<const void*>(frame, layout.frame_previous);
+    if (previous == frame) { break; }
+    frame = previous;
+  }
   if (kept == 0) {
     for (; kept < passed_count; ++kept) { words[kept] = passed[kept]; }
   }
@@ -304,10 +486,14 @@ std::size_t capture_python_frames(void** out) noexcept {
   // `capturing`: reading a new code object's text calls Python, which could allocate device memory.
   if (py == nullptr || capturing || py->is_initialized() == 0) { return 0; }
   if (py->is_finalizing != nullptr && py->is_finalizing() != 0) { return 0; }
-  if (py->gil_check() == 0 || (py->thread_state != nullptr && py->thread_state() == nullptr)) { return 0; }
   const auto how = static_cast<python_frames_mode>(mode.load(std::memory_order_relaxed));
+  // Where this interpreter's layout is known, the frames are read from memory whether or not the
+  // thread holds the GIL (one way, one kind of key); elsewhere only a GIL holder's, through the API.
+  if (py->layout == nullptr && (py->gil_check() == 0 || (py->thread_state != nullptr && py->thread_state() == nullptr))) {
+    return 0;
+  }
   capturing = true;
-  const std::size_t count = walk(*py, how, out + 1);
+  const std::size_t count = py->layout != nullptr ? walk_raw(*py, how, out + 1) : walk(*py, how, out + 1);
   capturing = false;
   if (count == 0) { return 0; }
   out[0] = &markers[count];

@@ -1,4 +1,4 @@
-// Python lines as allocation sites: an allocation made by a thread that holds Python's GIL records
+// Python lines as allocation sites: an allocation made by a thread Python runs on records
 // the innermost user Python frames (file, line, function) at the front of its site's frames, so a
 // site names the Python line that asked for the memory. Python is found at run time (dlsym), never
 // linked: a process without it pays one cached check per allocation. Internal to the compiled core.
@@ -28,9 +28,10 @@ void set_python_frames(python_frames_mode mode) noexcept;
 /**
  * Writes the calling thread's innermost Python frames as the front of a site's frames: a marker,
  * then one word per frame (innermost first), `python_prefix_slots` at most. Returns how many slots
- * it wrote: 0 when the mode is off, the process has no initialised Python, the thread does not
- * hold the GIL, or no frame is running. Never takes the GIL, never blocks on Python; allocates
- * only the first time it meets a code object.
+ * it wrote: 0 when the mode is off, the process has no initialised Python, the thread has no
+ * Python thread state (or, where no raw layout is known for this Python, does not hold the GIL),
+ * or no frame is running. Never takes the GIL, never blocks on Python; allocates only the first
+ * time it meets a code object.
  */
 std::size_t capture_python_frames(void** out) noexcept;
 

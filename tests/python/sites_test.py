@@ -6,12 +6,14 @@ nothing of gpuguard, run under `gpuguard run --track` on the stand-in CUDA runti
 By default (python_frames=user) the leak report, as text and as JSON (--report's file,
 leak_json), the JSONL log (its alloc events' site ids and its sites line) and the HTML report
 (`gpuguard report`) name the marked Python line and function of the allocation made with the GIL
-held; the one made by native code that released the GIL has no frames; the one made inside a
-stand-in torch module begins at the user's line that called into it. With python_frames=all it
+held, and, where gpuguard reads frames without the GIL (RAW_VERSIONS), of the ones made by native
+code that released it (a ctypes.CDLL call; at the bottom of a deep recursion, in a generator, in a
+coroutine); the one made on a native thread Python never ran on has no frames; the one made inside
+a stand-in torch module begins at the user's line that called into it. With python_frames=all it
 begins inside that module; with python_frames=off no site has Python frames. With --module DIR
 (where the build put gpuguard._native), gpuguard.sites() names the same lines.
 
-usage: sites_test.py GPUGUARD PRELOAD --fake-driver DIR --fake-cudart LIBRARY [--module DIR]
+usage: sites_test.py GPUGUARD PRELOAD --fake-driver DIR --fake-cudart LIBRARY --hooks LIBRARY [--module DIR]
 """
 import glob
 import json
@@ -26,13 +28,22 @@ from harness import check, check_schema, finish, line_of, scratch  # noqa: E402 
 CLI, PRELOAD = sys.argv[1], sys.argv[2]
 FAKE_DRIVER = sys.argv[sys.argv.index("--fake-driver") + 1]
 FAKE_CUDART = sys.argv[sys.argv.index("--fake-cudart") + 1]
+HOOKS = sys.argv[sys.argv.index("--hooks") + 1]
 MODULE = sys.argv[sys.argv.index("--module") + 1] if "--module" in sys.argv else None
+# The Python versions whose frames gpuguard reads without the GIL (src/ledger/python_raw.cpp).
+RAW = sys.version_info[:2] in {(3, 11)}
 SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
 JOB = os.path.join(HERE, "sites_job.py")
 MIB = 1024 * 1024
 GIL_LINE, NOGIL_LINE = line_of(JOB, "# site: gil"), line_of(JOB, "# site: nogil")
 TORCH_CALLER = line_of(JOB, "# site: torch caller")
+RECURSION, RECURSION_STEP = line_of(JOB, "# site: recursion"), line_of(JOB, "# site: recursion step")
+GENERATOR, GENERATOR_CALLER = line_of(JOB, "# site: generator"), line_of(JOB, "# site: generator caller")
+COROUTINE, COROUTINE_CALLER = line_of(JOB, "# site: coroutine"), line_of(JOB, "# site: coroutine caller")
+ALLOCATE_LINE = line_of(JOB, "status = lib.cudaMalloc(ctypes.byref(pointer), size)")
 STAND_IN_LINE = 7  # sites_job.py's STAND_IN_LINE
+STAND_IN_FILE = "/opt/venv/lib/python3/site-packages/torch/_stand_in.py"  # sites_job.py's
+SIZES = [19, 17, 13, 11, 7, 5, 3]  # MiB, every allocation the job leaves
 tmp = scratch("gpuguard-sites-")
 
 
@@ -55,7 +66,7 @@ def tracked(name, options="", api=False, pythonpath=None):
         env.pop(variable, None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    argv = [CLI, "run", "--track", "--", sys.executable, JOB, FAKE_CUDART]
+    argv = [CLI, "run", "--track", "--", sys.executable, JOB, FAKE_CUDART, "--native-thread", HOOKS]
     result = subprocess.run(argv + (["--api"] if api else []), env=env, capture_output=True, text=True, timeout=120)
     check(result.returncode == 0, f"{name}: the job ran under gpuguard run --track", result.stderr[-3000:])
     report, events = {}, []
@@ -83,21 +94,39 @@ result, report, events = tracked("user")
 text = result.stderr
 check(f"#0 make_leak at {JOB}:{GIL_LINE}" in text and f"#1 <module> at {JOB}:" in text,
       "the text leak report names the Python line and function that allocated, then its caller", text[-3000:])
-check(f"#0 make_through_torch at {JOB}:{TORCH_CALLER}" in text and "stand_in_torch.py" not in text,
+check(f"#0 make_through_torch at {JOB}:{TORCH_CALLER}" in text and "_stand_in.py" not in text,
       "a site begins at the user's line, torch's own frames passed over", text[-3000:])
 check(check_schema(report, LEAKS_SCHEMA, "the JSON leak report (leak_json)"), "the JSON leak report is valid")
 gil, nogil, torch_site = site_of(report, 3 * MIB), site_of(report, 5 * MIB), site_of(report, 7 * MIB)
 check(gil.get("frames", [None])[0] == frame("make_leak", JOB, GIL_LINE) and len(gil.get("frames", [])) == 2
       and gil["frames"][1]["function"] == "<module>", "the JSON leak report: the GIL holder's site, its two frames", gil)
-check(nogil.get("frames") == [] and nogil.get("site") == 0,
-      "an allocation by code that released the GIL has no Python frames", nogil)
+if RAW:
+    check(nogil.get("frames", [None])[0] == frame("make_released", JOB, NOGIL_LINE) and len(nogil["frames"]) == 2,
+          "an allocation by code that released the GIL (ctypes.CDLL) names its line and its caller", nogil)
+    deep = site_of(report, 11 * MIB).get("frames", [])
+    check(deep[:2] == [frame("allocate", JOB, ALLOCATE_LINE), frame("recurse", JOB, RECURSION)] and len(deep) == 8
+          and all(f == frame("recurse", JOB, RECURSION_STEP) for f in deep[2:]),
+          "300 calls deep: the innermost 8 frames, the recursion's own lines", deep)
+    made = site_of(report, 13 * MIB).get("frames", [])
+    check(made[1:3] == [frame("producer", JOB, GENERATOR), frame("make_from_generator", JOB, GENERATOR_CALLER)],
+          "in a generator: its line, then the line that runs it", made)
+    awaited = site_of(report, 17 * MIB).get("frames", [])
+    check(awaited[1:3] == [frame("coroutine", JOB, COROUTINE), frame("make_from_coroutine", JOB, COROUTINE_CALLER)],
+          "in a coroutine: its line, then the line that sends to it", awaited)
+else:
+    check(nogil.get("frames") == [] and nogil.get("site") == 0,
+          "an allocation by code that released the GIL has no Python frames on this Python", nogil)
+native = site_of(report, 19 * MIB)
+check(native.get("frames") == [] and native.get("site") == 0,
+      "an allocation on a native thread Python never ran on has no Python frames", native)
 check(torch_site.get("frames", [None])[0] == frame("make_through_torch", JOB, TORCH_CALLER),
       "the JSON leak report: the site inside torch's package begins at the user's caller", torch_site)
 
 for event in events:
     check_schema(event, EVENTS_SCHEMA, f"JSONL {event.get('type')} line")
 allocs = {e["bytes"]: e for e in events if e.get("type") == "alloc"}
-check(allocs.get(3 * MIB, {}).get("site") == gil.get("site") != 0 and allocs.get(5 * MIB, {}).get("site") == 0,
+check(allocs.get(3 * MIB, {}).get("site") == gil.get("site") != 0 and allocs.get(19 * MIB, {}).get("site") == 0
+      and allocs.get(5 * MIB, {}).get("site") == nogil.get("site"),
       "the JSONL alloc events carry the site ids the leak report names", allocs)
 sites_lines = [e for e in events if e.get("type") == "sites"]
 listed = {s["site"]: s for s in (sites_lines[0]["sites"] if sites_lines else [])}
@@ -116,15 +145,15 @@ check("make_leak" in page and "sites_job.py" in page and "make_through_torch" in
 # ---- python_frames=all: frames in torch's package are kept ---------------------------------------
 result, report, events = tracked("all", "python_frames=all")
 inside = site_of(report, 7 * MIB).get("frames", [])
-check(inside[:2] == [frame("grow", "stand_in_torch.py", STAND_IN_LINE), frame("make_through_torch", JOB, TORCH_CALLER)],
+check(inside[:2] == [frame("grow", STAND_IN_FILE, STAND_IN_LINE), frame("make_through_torch", JOB, TORCH_CALLER)],
       "python_frames=all: the site begins inside the torch module, then the user's caller", inside)
 check(site_of(report, 3 * MIB).get("frames", [None])[0] == frame("make_leak", JOB, GIL_LINE),
       "python_frames=all: the plain site is the same line", site_of(report, 3 * MIB))
 
 # ---- python_frames=off ---------------------------------------------------------------------------
 result, report, events = tracked("off", "python_frames=off")
-check(report.get("total_count") == 3 and all(s["frames"] == [] for s in report.get("sites", [])),
-      "python_frames=off: three leaks, no site has frames", report.get("sites"))
+check(report.get("total_count") == len(SIZES) and all(s["frames"] == [] for s in report.get("sites", [])),
+      f"python_frames=off: {len(SIZES)} leaks, no site has frames", report.get("sites"))
 check(not any(e.get("type") == "sites" for e in events) and "make_leak" not in result.stderr,
       "python_frames=off: no sites line in the log, no Python line in the text", result.stderr[-2000:])
 
@@ -141,7 +170,7 @@ if MODULE:
     check(by_size.get(3 * MIB, {}).get("frames", [None])[0] == {"function": "make_leak", "file": JOB, "line": GIL_LINE}
           and by_size[3 * MIB]["held"] is False and by_size[3 * MIB]["site"] == site_of(report, 3 * MIB).get("site"),
           "gpuguard.sites(): the live site with its Python line, the leak report's site id", found)
-    check(by_size.get(5 * MIB, {}).get("frames") == [] and [s["bytes"] for s in found] == [7 * MIB, 5 * MIB, 3 * MIB],
-          "gpuguard.sites(): the GIL-less site without frames, largest first", found)
+    check(by_size.get(19 * MIB, {}).get("frames") == [] and [s["bytes"] for s in found] == [size * MIB for size in SIZES],
+          "gpuguard.sites(): the native thread's site without frames, largest first", found)
 
 finish("python.sites")
