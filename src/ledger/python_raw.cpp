@@ -9,6 +9,14 @@
 //         Include/cpython/unicodeobject.h (PyASCIIObject, PyCompactUnicodeObject: 3.11 still has
 //         wstr), Include/cpython/bytesobject.h. tests/python/python_layout_probe.cpp compiles
 //         against the installed 3.11 headers and fails where this table disagrees with offsetof.
+//   3.12: the same headers of 3.12, read through a bindgen translation of them (py-spy's
+//         src/python_bindings/v3_12_0.rs: #[repr(C)] structs with the headers' fields in order):
+//         PyThreadState.cframe after a 4-byte status word and six ints; _PyCFrame loses
+//         use_tracing; _PyInterpreterFrame begins with f_code and previous, and gains C-stack
+//         frames (FRAME_OWNED_BY_CSTACK = 3, Include/internal/pycore_frame.h); PyCodeObject
+//         drops co_warmup and the line array and gains co_framesize, co_version and the
+//         monitoring fields; PyASCIIObject loses wstr. The same probe test checks it wherever
+//         3.12's internal headers are installed.
 #include "ledger/python_raw.hpp"
 
 namespace gpuguard::detail {
@@ -42,6 +50,33 @@ constexpr python_layout python_3_11 = [] {
   return l;
 }();
 
+constexpr python_layout python_3_12 = [] {
+  python_layout l;
+  l.minor = 12;
+  l.thread_cframe = 56;  // prev, next, interp, _status (4 bytes), six ints
+  l.cframe_frame = 0;
+  l.frame_code = 0;
+  l.frame_previous = 8;
+  l.frame_instr = 56;    // after f_funcobj, f_globals, f_builtins, f_locals, frame_obj
+  l.frame_owner = 70;    // after int stacktop, uint16_t return_offset
+  l.owner_cstack = 3;
+  l.code_filename = 112;
+  l.code_name = 120;
+  l.code_qualname = 128;
+  l.code_linetable = 136;
+  l.code_firstlineno = 68;
+  l.code_adaptive = 192;  // after co_extra
+  l.object_type = 8;
+  l.bytes_size = 16;
+  l.bytes_data = 32;
+  l.ascii_length = 16;
+  l.ascii_state = 32;
+  l.ascii_size = 40;  // ob_base, length, hash, state
+  l.compact_utf8_length = 40;
+  l.compact_utf8 = 48;
+  return l;
+}();
+
 // A varint of the location table: 6 bits a byte, low bits first, bit 6 set where more follow.
 unsigned read_varint(const std::uint8_t* table, std::size_t size, std::size_t& at) noexcept {
   unsigned value = 0;
@@ -65,6 +100,7 @@ int read_signed_varint(const std::uint8_t* table, std::size_t size, std::size_t&
 
 const python_layout* python_layout_for(int major, int minor) noexcept {
   if (major == 3 && minor == 11) { return &python_3_11; }
+  if (major == 3 && minor == 12) { return &python_3_12; }
   return nullptr;
 }
 

@@ -236,9 +236,9 @@ def check_judged(result, how):
           and "[gpuguard] #1 2.0 MiB in 1 allocation on device 0" in leak,
           f"{how}: the leak's failure has the leak report's text: its headline and its site", leak)
     # The stand-in runtime is called through ctypes.CDLL, which releases the GIL: where gpuguard reads
-    # frames without it (Python 3.11, src/ledger/python_raw.cpp), the site names the test's line;
+    # frames without it (Python 3.11 and 3.12, src/ledger/python_raw.cpp), the site names the test's line;
     # elsewhere its frames are native (stacks=all), the stand-in's cudaMalloc among them.
-    if sys.version_info[:2] in {(3, 11)}:
+    if sys.version_info[:2] in {(3, 11), (3, 12)}:
         check(f"test_markers.py:{leak_line}" in leak,
               f"{how}: the leak's site names the test's line ({leak_line})", leak)
     else:

@@ -45,6 +45,17 @@ int main() {
   expect("PyASCIIObject size", layout->ascii_size, sizeof(PyASCIIObject));
   expect("PyCompactUnicodeObject.utf8_length", layout->compact_utf8_length, offsetof(PyCompactUnicodeObject, utf8_length));
   expect("PyCompactUnicodeObject.utf8", layout->compact_utf8, offsetof(PyCompactUnicodeObject, utf8));
+#elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+  expect("PyThreadState.cframe", layout->thread_cframe, offsetof(PyThreadState, cframe));
+  expect("_PyCFrame.current_frame", layout->cframe_frame, offsetof(_PyCFrame, current_frame));
+  expect("_PyInterpreterFrame.f_code", layout->frame_code, offsetof(_PyInterpreterFrame, f_code));
+  expect("_PyInterpreterFrame.previous", layout->frame_previous, offsetof(_PyInterpreterFrame, previous));
+  expect("_PyInterpreterFrame.prev_instr", layout->frame_instr, offsetof(_PyInterpreterFrame, prev_instr));
+  expect("_PyInterpreterFrame.owner", layout->frame_owner, offsetof(_PyInterpreterFrame, owner));
+  expect("FRAME_OWNED_BY_CSTACK", static_cast<std::size_t>(layout->owner_cstack), static_cast<std::size_t>(FRAME_OWNED_BY_CSTACK));
+  expect("PyASCIIObject size", layout->ascii_size, sizeof(PyASCIIObject));
+  expect("PyCompactUnicodeObject.utf8_length", layout->compact_utf8_length, offsetof(PyCompactUnicodeObject, utf8_length));
+  expect("PyCompactUnicodeObject.utf8", layout->compact_utf8, offsetof(PyCompactUnicodeObject, utf8));
 #else
   std::printf("FAIL: the probe does not know the fields of Python %d.%d's headers\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
   return 1;

@@ -31,7 +31,7 @@ FAKE_CUDART = sys.argv[sys.argv.index("--fake-cudart") + 1]
 HOOKS = sys.argv[sys.argv.index("--hooks") + 1]
 MODULE = sys.argv[sys.argv.index("--module") + 1] if "--module" in sys.argv else None
 # The Python versions whose frames gpuguard reads without the GIL (src/ledger/python_raw.cpp).
-RAW = sys.version_info[:2] in {(3, 11)}
+RAW = sys.version_info[:2] in {(3, 11), (3, 12)}
 SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
 JOB = os.path.join(HERE, "sites_job.py")
 MIB = 1024 * 1024
