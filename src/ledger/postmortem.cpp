@@ -193,6 +193,13 @@ bool attach(int fd) noexcept {
   return current_part.load(std::memory_order_relaxed) != nullptr;
 }
 
+void detach() noexcept {
+  const std::lock_guard<std::mutex> lock(claim_mutex());
+  close_part();
+  current_part.store(nullptr, std::memory_order_relaxed);
+  region_possible.store(false, std::memory_order_relaxed);
+}
+
 void claim_slow() noexcept {
   {
     const std::lock_guard<std::mutex> lock(claim_mutex());
