@@ -236,7 +236,9 @@ TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
   ASSERT_NE(base, MAP_FAILED);
   auto* part = reinterpret_cast<pm::part*>(static_cast<char*>(base) + pm::parts_offset);
   part->header.pid.store(4242);
-  pm::live_slot& slot = part->live[7];
+  pm::slice& sl = part->slices[1];
+  sl.header.used.store(1);
+  pm::live_slot& slot = sl.live[7];
   slot.key.store(pm::live_key(5, 1));
   const std::uint64_t s = pm::begin_write(slot.seq);
   slot.bytes[1].store(1000);
@@ -244,7 +246,7 @@ TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
   pm::end_write(slot.seq, s);  // committed: copy 1 holds 1000 bytes in 2
   static_cast<void>(pm::begin_write(slot.seq));
   slot.bytes[0].store(999999);  // the writer died here
-  pm::event_slot& e = part->events[0];
+  pm::event_slot& e = sl.events[0];
   static_cast<void>(pm::begin_write(e.seq));
   e.index.store(1);
   const pm::region_reader reader(fd);
