@@ -77,6 +77,7 @@ HOST_UNTRACKED_16 = "BM_host_pair/untracked/real_time/threads:16"
 HOST_TRACKED_16 = "BM_host_pair/tracked/real_time/threads:16"
 HOST_UNTRACKED_2 = "BM_host_pair/untracked/real_time/threads:2"
 HOST_TRACKED_2 = "BM_host_pair/tracked/real_time/threads:2"
+HOST_POSTMORTEM_1 = "BM_host_pair/tracked_postmortem/real_time/threads:1"
 STACKS_ALL = "BM_host_pair_stacks_all/tracked/real_time"
 STACKS_SAMPLED = "BM_host_pair_stacks_sampled/tracked/real_time"
 CUDA_UNTRACKED = "BM_cuda_malloc_pair/untracked/real_time"
@@ -849,6 +850,8 @@ def library_rows(document):
 
     pair("host allocate+deallocate pair (256 B), tracked minus untracked", "added",
          HOST_UNTRACKED_1, HOST_TRACKED_1, 50.0)
+    pair("post-mortem region, added per host pair: tracked with the region minus untracked", "added",
+         HOST_UNTRACKED_1, HOST_POSTMORTEM_1, 50.0)
     one_t, many_t = lookup(results, HOST_TRACKED_1), lookup(results, HOST_TRACKED_16)
     one_u, many_u = lookup(results, HOST_UNTRACKED_1), lookup(results, HOST_UNTRACKED_16)
     heading = "16 threads: tracked's 16/1-thread throughput over untracked's"

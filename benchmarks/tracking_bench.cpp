@@ -7,6 +7,9 @@
 //       upstream is malloc (malloc_resource.hpp): it scales with threads, so the baseline does.
 //       With more than one thread, the counter threads_sharing_a_shard says how many threads
 //       reuse a block whose record shares its shard of the live table with another's.
+//   BM_host_pair/tracked_postmortem/real_time/threads:1
+//       the tracked pair while a post-mortem region of the benchmark's own is attached (as under
+//       `gpuguard run`): minus BM_host_pair/untracked, what keeping the region current adds.
 //   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
 //       the same pair with stacks=all, or stacks=sampled with stack_sample=64.
 //   BM_cuda_malloc_pair/{untracked,tracked}/real_time
@@ -62,6 +65,7 @@
 #include <gpuguard/core/tracking_resource.hpp>
 
 #include "bench_stats.hpp"
+#include "ledger/postmortem.hpp"
 #include "ledger/shard_hash.hpp"
 #include "malloc_resource.hpp"
 
@@ -75,6 +79,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -167,6 +172,28 @@ void pairs(benchmark::State& state, gpuguard::memory_resource& resource, std::si
 // ---- a. host, stacks off --------------------------------------------------------------------------
 void BM_host_pair_untracked(benchmark::State& state) { pairs(state, host(), host_bytes); }
 void BM_host_pair_tracked(benchmark::State& state) { pairs(state, tracked_host(), host_bytes); }
+
+// The tracked pair while the process keeps a post-mortem region current, as under `gpuguard run`:
+// a region of the benchmark's own is attached for this benchmark only (detached after, so the
+// other arms run without one). Read beside BM_host_pair/untracked: the difference is what the
+// region adds to the host pair's cost.
+void BM_host_pair_tracked_postmortem(benchmark::State& state) {
+  namespace pm = gpuguard::detail::postmortem;
+  static const int region = [] {
+    std::string error;
+    return pm::create_region(&error);
+  }();
+  if (region < 0) {
+    state.SkipWithError("no post-mortem region (memfd_create failed)");
+    return;
+  }
+  if (state.thread_index() == 0 && !pm::attach(region)) {
+    state.SkipWithError("the post-mortem region could not be attached");
+    return;
+  }
+  pairs(state, tracked_host(), host_bytes);
+  if (state.thread_index() == 0) { pm::detach(); }
+}
 
 // ---- b. host, stacks on ---------------------------------------------------------------------------
 void BM_host_pair_stacks_all_untracked(benchmark::State& state) {
@@ -438,6 +465,8 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark("BM_host_pair/tracked", BM_host_pair_tracked)
         ->Threads(threads)->UseRealTime();
   }
+  benchmark::RegisterBenchmark("BM_host_pair/tracked_postmortem", BM_host_pair_tracked_postmortem)
+      ->Threads(1)->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_all/untracked", BM_host_pair_stacks_all_untracked)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_all/tracked", BM_host_pair_stacks_all_tracked)

@@ -193,6 +193,13 @@ bool attach(int fd) noexcept {
   return current_part.load(std::memory_order_relaxed) != nullptr;
 }
 
+void detach() noexcept {
+  const std::lock_guard<std::mutex> lock(claim_mutex());
+  close_part();
+  current_part.store(nullptr, std::memory_order_relaxed);
+  region_possible.store(false, std::memory_order_relaxed);
+}
+
 void claim_slow() noexcept {
   {
     const std::lock_guard<std::mutex> lock(claim_mutex());
@@ -214,46 +221,122 @@ void claim_slow() noexcept {
   static_cast<void>(attach(-1));
 }
 
-void note_event_slow(part& p, bool alloc, const allocation_record& record, std::uint64_t live_bytes) noexcept {
-  const int device_slot = device_slot_of(record.device);
-  const std::uint64_t key = live_key(record.site, device_slot);
-  const std::size_t start = hash_index(key, live_slots);
-  live_slot* slot = nullptr;
-  for (std::size_t probe = 0; probe < live_probes; ++probe) {
-    live_slot& s = p.live[(start + probe) & (live_slots - 1)];
-    std::uint64_t k = s.key.load(std::memory_order_relaxed);
-    if (k == 0 && alloc && s.key.compare_exchange_strong(k, key, std::memory_order_relaxed)) { k = key; }
-    if (k == key) {
-      slot = &s;
+namespace {
+
+// The calling thread's slice of the part it writes: one of its own (its only writer), or the
+// shared one. Checked against the part on every event, so that a part claimed anew (after a
+// fork, or detach and attach) sends the thread to claim again.
+__attribute__((tls_model("initial-exec"))) thread_local slice* my_slice = nullptr;
+
+// Gives the thread's own slice back when the thread ends; a later thread continues it (the
+// reader sums every slice's deltas). Events the thread records after this, from other
+// thread_locals' destructors, go to the shared slice.
+struct slice_owner {
+  part* of = nullptr;
+  slice* owned = nullptr;
+  slice_owner() = default;
+  slice_owner(const slice_owner&) = delete;
+  slice_owner& operator=(const slice_owner&) = delete;
+  slice_owner(slice_owner&&) = delete;
+  slice_owner& operator=(slice_owner&&) = delete;
+  ~slice_owner() {
+    if (owned == nullptr) { return; }
+    my_slice = &of->slices[shared_slice];
+    of->slices[shared_slice].header.used.store(1, std::memory_order_release);
+    owned->header.owner.store(0, std::memory_order_release);  // after its last store: the next owner sees them all
+  }
+};
+
+bool in_part(const part& p, const slice* s) noexcept {
+  return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(s) - reinterpret_cast<std::uintptr_t>(&p.slices[0])) <
+         sizeof p.slices;
+}
+
+// Out of line: once per thread (and part).
+__attribute__((noinline)) slice* claim_slice(part& p) noexcept {
+  const auto tid = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  slice* chosen = &p.slices[shared_slice];
+  for (std::size_t i = shared_slice + 1; i < slice_count; ++i) {
+    std::uint64_t expected = 0;
+    // Acquire: a slice an ended thread gave back is continued from its last stores.
+    if (p.slices[i].header.owner.compare_exchange_strong(expected, tid, std::memory_order_acq_rel)) {
+      chosen = &p.slices[i];
+      static thread_local slice_owner owner;  // registers the thread's exit hook
+      owner.of = &p;
+      owner.owned = chosen;
       break;
     }
-    if (k == 0) { break; }  // a free of a pair never recorded
   }
-  if (slot == nullptr) {
-    if (alloc) { p.header.dropped_sites.fetch_add(1, std::memory_order_relaxed); }
-  } else {
-    const std::uint64_t s = begin_write(slot->seq);
+  chosen->header.used.store(1, std::memory_order_release);
+  my_slice = chosen;
+  return chosen;
+}
+
+// The live slot of `key` in slice `sl`, inserted if new (a free in another thread's slice than
+// its allocation's is inserted too: a negative delta). The shared slice's writers insert by
+// compare-and-swap; an owned slice's one writer stores.
+live_slot* live_slot_of(slice& sl, std::uint64_t key, bool shared) noexcept {
+  const std::size_t start = hash_index(key, live_slots);
+  for (std::size_t probe = 0; probe < live_probes; ++probe) {
+    live_slot& s = sl.live[(start + probe) & (live_slots - 1)];
+    std::uint64_t k = s.key.load(std::memory_order_relaxed);
+    if (k == key) { return &s; }
+    if (k != 0) { continue; }
+    if (!shared) {
+      s.key.store(key, std::memory_order_release);
+      return &s;
+    }
+    if (s.key.compare_exchange_strong(k, key, std::memory_order_relaxed) || k == key) { return &s; }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void note_event_slow(part& p, bool alloc, const allocation_record& record, std::uint64_t live_bytes) noexcept {
+  slice* sl = my_slice;
+  if (!in_part(p, sl)) [[unlikely]] { sl = claim_slice(p); }
+  // Slice 0 has several writers: each slot is taken by compare-and-swap, as before slices. Every
+  // other slice has one: plain stores under its sequence words.
+  const bool shared = sl == &p.slices[shared_slice];
+  const int device_slot = device_slot_of(record.device);
+  if (live_slot* slot = live_slot_of(*sl, live_key(record.site, device_slot), shared)) {
+    const std::uint64_t s = shared ? begin_write(slot->seq) : begin_own_write(slot->seq);
     const std::size_t current = (s >> 1) & 1U;
+    const std::size_t n = current ^ 1U;
     const std::uint64_t bytes = load(slot->bytes[current]);
     const std::uint64_t count = load(slot->count[current]);
-    store(slot->bytes[current ^ 1U], alloc ? bytes + record.bytes : bytes - record.bytes);
-    store(slot->count[current ^ 1U], alloc ? count + 1 : count - 1);
-    const std::size_t n = current ^ 1U;
+    store(slot->bytes[n], alloc ? bytes + record.bytes : bytes - record.bytes);
+    store(slot->count[n], alloc ? count + 1 : count - 1);
     store(slot->allocations[n], load(slot->allocations[current]) + (alloc ? 1 : 0));
     store(slot->frees[n], load(slot->frees[current]) + (alloc ? 0 : 1));
     store(slot->total_bytes[n], load(slot->total_bytes[current]) + (alloc ? record.bytes : 0));
     end_write(slot->seq, s);
+  } else {
+    p.header.dropped_sites.fetch_add(1, std::memory_order_relaxed);  // a full neighbourhood: seldom
   }
   // The peak: only when it rises (seldom), and only where the ledger knows the device's live
-  // bytes (its counter shared).
+  // bytes (its counter shared). Each slice keeps the highest it saw; the reader takes the highest.
   if (alloc && live_bytes != unknown_size && static_cast<std::size_t>(device_slot) < device_words) {
-    word& peak = p.header.device_peak[device_slot];
+    word& peak = sl->header.device_peak[device_slot];
     std::uint64_t seen = load(peak);
-    while (live_bytes > seen && !peak.compare_exchange_weak(seen, live_bytes, std::memory_order_relaxed)) {}
+    if (live_bytes > seen) [[unlikely]] {
+      if (!shared) {
+        store(peak, live_bytes);
+      } else {
+        while (live_bytes > seen && !peak.compare_exchange_weak(seen, live_bytes, std::memory_order_relaxed)) {}
+      }
+    }
   }
-  const std::uint64_t index = p.header.event_head.fetch_add(1, std::memory_order_relaxed);
-  event_slot& e = p.events[index & (ring_slots - 1)];
-  const std::uint64_t s = begin_write(e.seq);
+  std::uint64_t index = 0;
+  if (shared) {
+    index = sl->header.event_head.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    index = load(sl->header.event_head);
+    store(sl->header.event_head, index + 1);
+  }
+  event_slot& e = sl->events[index & (ring_slots - 1)];
+  const std::uint64_t s = shared ? begin_write(e.seq) : begin_own_write(e.seq);
   store(e.index, index + 1);
   // An allocation's record holds its own time; a free's holds its allocation's.
   store(e.time_ns, static_cast<std::uint64_t>(alloc ? record.time_ns : coarse_now_ns()));

@@ -6,6 +6,7 @@
 // Internal to libgpuguard.
 #pragma once
 
+#include <gpuguard/config.hpp>
 #include <gpuguard/core/ledger.hpp>
 
 #include "util/postmortem_region.hpp"
@@ -33,8 +34,12 @@ __attribute__((always_inline)) inline void prepare() noexcept {
   }
 }
 
-/// Attaches to the region `fd` now (instead of the environment's), for tests and the preload.
-bool attach(int fd) noexcept;
+/// Attaches to the region `fd` now (instead of the environment's), for tests and benchmarks
+/// (exported for them).
+GPUGUARD_API bool attach(int fd) noexcept;
+/// Stops recording into the region: the part is closed (as by the exit path) and no other is
+/// claimed until attach() is called again. For measurements that compare with and without one.
+GPUGUARD_API void detach() noexcept;
 
 void note_event_slow(part& p, bool alloc, const allocation_record& record, std::uint64_t live_bytes) noexcept;
 /// An allocation or a free, from the ledger inside its shard's lock: the live slot and the ring.

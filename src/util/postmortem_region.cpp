@@ -2,9 +2,11 @@
 #include "util/postmortem_region.hpp"
 
 #include <algorithm>
-#include <type_traits>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <tuple>
+#include <type_traits>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,6 +19,7 @@ namespace gpuguard::detail::postmortem {
 static_assert(std::is_standard_layout_v<part> && std::is_standard_layout_v<region_header>);
 static_assert(sizeof(region_header) <= parts_offset);
 static_assert(sizeof(event_slot) == 64 && sizeof(scope_entry) == 64, "slots of one cache line");
+static_assert(sizeof(slice_header) % 64 == 0 && sizeof(live_slot) % 32 == 0, "slices in whole cache lines");
 
 // ---- the supervisor's side ----------------------------------------------------------------------
 
@@ -98,11 +101,6 @@ read_part read_one(const part& p, std::size_t at) {
   r.program = load_text(p.header.program, text_words);
   r.dropped_sites = load(p.header.dropped_sites);
   r.dropped_threads = load(p.header.dropped_threads);
-  for (std::size_t d = 0; d < device_words; ++d) {
-    if (const std::uint64_t peak = load(p.header.device_peak[d]); peak != 0) {
-      r.device_peaks.emplace_back(static_cast<int>(d) - 1, peak);
-    }
-  }
   std::string log_path;
   std::int64_t log_start = 0;
   if (stable_copy(p.header.log_seq, [&] {
@@ -112,24 +110,49 @@ read_part read_one(const part& p, std::size_t at) {
     r.log_path = log_path;
     r.log_start_unix_ns = log_start;
   }
-  for (const live_slot& slot : p.live) {
-    const std::uint64_t key = slot.key.load(std::memory_order_acquire);
-    if (key == 0) { continue; }
-    // A dead writer's odd word: the copy it was not writing is the last committed one.
-    const std::uint64_t seq = slot.seq.load(std::memory_order_acquire);
-    const bool odd = (seq & 1U) != 0;
-    const std::size_t current = ((odd ? seq - 1 : seq) >> 1) & 1U;
-    read_live l;
-    l.site = static_cast<std::uint32_t>((key - 1) >> 16);
-    const int device_slot = static_cast<int>((key - 1) & 0xFFFFU);
-    l.device = device_slot == 0 ? -1 : device_slot - 1;
-    l.bytes = static_cast<std::int64_t>(load(slot.bytes[current]));
-    l.count = static_cast<std::int64_t>(load(slot.count[current]));
-    l.allocations = static_cast<std::int64_t>(load(slot.allocations[current]));
-    l.frees = static_cast<std::int64_t>(load(slot.frees[current]));
-    l.total_bytes = static_cast<std::int64_t>(load(slot.total_bytes[current]));
-    std::atomic_thread_fence(std::memory_order_acquire);
-    l.in_flight = odd || slot.seq.load(std::memory_order_relaxed) != seq;
+  // Each slice holds its threads' deltas of a (site, device): the sum over the slices, unsigned
+  // and wrapping (a free in another thread's slice than its allocation's is negative there), is
+  // the process's figure.
+  std::map<std::uint64_t, read_live> live;
+  std::uint64_t peaks[device_words] = {};
+  for (std::size_t at_slice = 0; at_slice < slice_count; ++at_slice) {
+    const slice& sl = p.slices[at_slice];
+    if (sl.header.used.load(std::memory_order_acquire) == 0) { continue; }
+    r.events_total += load(sl.header.event_head);
+    for (std::size_t d = 0; d < device_words; ++d) { peaks[d] = std::max(peaks[d], load(sl.header.device_peak[d])); }
+    for (const live_slot& slot : sl.live) {
+      const std::uint64_t key = slot.key.load(std::memory_order_acquire);
+      if (key == 0) { continue; }
+      // A dead writer's odd word: the copy it was not writing is the last committed one.
+      const std::uint64_t seq = slot.seq.load(std::memory_order_acquire);
+      const bool odd = (seq & 1U) != 0;
+      const std::size_t current = ((odd ? seq - 1 : seq) >> 1) & 1U;
+      const std::uint64_t bytes = load(slot.bytes[current]);
+      const std::uint64_t count = load(slot.count[current]);
+      const std::uint64_t allocations = load(slot.allocations[current]);
+      const std::uint64_t frees = load(slot.frees[current]);
+      const std::uint64_t total_bytes = load(slot.total_bytes[current]);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      const bool in_flight = odd || slot.seq.load(std::memory_order_relaxed) != seq;
+      read_live& l = live[key];
+      l.site = static_cast<std::uint32_t>((key - 1) >> 16);
+      const int device_slot = static_cast<int>((key - 1) & 0xFFFFU);
+      l.device = device_slot == 0 ? -1 : device_slot - 1;
+      const auto add = [](std::int64_t& to, std::uint64_t delta) {
+        to = static_cast<std::int64_t>(static_cast<std::uint64_t>(to) + delta);
+      };
+      add(l.bytes, bytes);
+      add(l.count, count);
+      add(l.allocations, allocations);
+      add(l.frees, frees);
+      add(l.total_bytes, total_bytes);
+      l.in_flight = l.in_flight || in_flight;
+    }
+  }
+  for (std::size_t d = 0; d < device_words; ++d) {
+    if (peaks[d] != 0) { r.device_peaks.emplace_back(static_cast<int>(d) - 1, peaks[d]); }
+  }
+  for (const auto& [key, l] : live) {
     if (l.bytes != 0 || l.count != 0 || l.allocations != 0 || l.in_flight) { r.live.push_back(l); }
   }
   for (const site_slot& slot : p.sites) {
@@ -145,33 +168,41 @@ read_part read_one(const part& p, std::size_t at) {
     }
     r.site_frames.emplace_back(static_cast<std::uint32_t>(site), std::move(frames));
   }
-  r.events_total = load(p.header.event_head);
-  for (const event_slot& slot : p.events) {
-    read_event e;
-    std::uint64_t index = 0;
-    std::uint64_t site_thread = 0;
-    std::uint64_t device_kind = 0;
-    if (stable_copy(slot.seq, [&] {
-          index = load(slot.index);
-          e.time_ns = static_cast<std::int64_t>(load(slot.time_ns));
-          e.address = load(slot.address);
-          e.bytes = load(slot.bytes);
-          e.live_bytes = load(slot.live_bytes);
-          site_thread = load(slot.site_thread);
-          device_kind = load(slot.device_kind);
-        }) == 1) {
-      ++r.events_in_flight;
-      continue;
+  for (std::size_t at_slice = 0; at_slice < slice_count; ++at_slice) {
+    const slice& sl = p.slices[at_slice];
+    if (sl.header.used.load(std::memory_order_acquire) == 0) { continue; }
+    for (const event_slot& slot : sl.events) {
+      read_event e;
+      std::uint64_t index = 0;
+      std::uint64_t site_thread = 0;
+      std::uint64_t device_kind = 0;
+      if (stable_copy(slot.seq, [&] {
+            index = load(slot.index);
+            e.time_ns = static_cast<std::int64_t>(load(slot.time_ns));
+            e.address = load(slot.address);
+            e.bytes = load(slot.bytes);
+            e.live_bytes = load(slot.live_bytes);
+            site_thread = load(slot.site_thread);
+            device_kind = load(slot.device_kind);
+          }) == 1) {
+        ++r.events_in_flight;
+        continue;
+      }
+      if (index == 0) { continue; }
+      e.index = index;
+      e.slice = static_cast<std::uint32_t>(at_slice);
+      e.site = static_cast<std::uint32_t>(site_thread >> 32);
+      e.thread = static_cast<std::uint32_t>(site_thread & 0xFFFFFFFFU);
+      e.alloc = (device_kind & 1U) != 0;
+      e.device = static_cast<int>(device_kind >> 1) - 2;
+      r.events.push_back(e);
     }
-    if (index == 0) { continue; }
-    e.index = index;
-    e.site = static_cast<std::uint32_t>(site_thread >> 32);
-    e.thread = static_cast<std::uint32_t>(site_thread & 0xFFFFFFFFU);
-    e.alloc = (device_kind & 1U) != 0;
-    e.device = static_cast<int>(device_kind >> 1) - 2;
-    r.events.push_back(e);
   }
-  std::sort(r.events.begin(), r.events.end(), [](const read_event& a, const read_event& b) { return a.index < b.index; });
+  // By time, then each slice's own order: a thread's events keep theirs (its clock readings do
+  // not go back), and threads' events interleave to within a tick of the coarse clock.
+  std::sort(r.events.begin(), r.events.end(), [](const read_event& a, const read_event& b) {
+    return std::tie(a.time_ns, a.slice, a.index) < std::tie(b.time_ns, b.slice, b.index);
+  });
   for (const scope_thread& t : p.scopes) {
     const std::uint64_t tid = load(t.tid);
     const std::uint64_t depth = t.depth.load(std::memory_order_acquire);

@@ -16,6 +16,19 @@
 // only if the word was even and unchanged. A slot a dead writer left odd is in flight: the live
 // slots keep two copies, so the last committed one still reads true; a ring or scope slot is left
 // out and counted. The reader never waits on a slot. Shared by the core and the tool.
+//
+// What the ledger records on every allocation and free goes into slices of the part, so that
+// keeping the region current costs a few plain stores and no atomic read-modify-write: a thread
+// claims a slice of its own on its first event (one compare-and-swap; it gives the slice back when
+// it ends, and a later thread continues it) and is then its only writer: its live table (keyed by
+// site and device), its ring of events and its peaks are written under single-writer seqlocks. A
+// free recorded by another thread than the allocating one is a negative delta in the freeing
+// thread's slice; the reader sums a key over every slice (unsigned, wrapping), so the sum is the
+// process's figure. Threads beyond the owned slices share slice 0, whose writers take each slot by
+// compare-and-swap and the ring's next index by fetch_add, as every writer once did. Each slice's
+// ring numbers its own events; the reader merges the rings by time (the coarse clock), then by
+// slice and number, which is each thread's own order and, across threads, the order to within a
+// clock tick.
 #pragma once
 
 #include <atomic>
@@ -41,13 +54,14 @@ static_assert(sizeof(word) == 8);
 inline constexpr const char* environment_variable = "GPUGUARD_POSTMORTEM_FD";
 
 inline constexpr std::uint64_t region_magic = 0x314d505244524747ULL;  // "GGRDRPM1"
-inline constexpr std::uint64_t format_version = 1;
+inline constexpr std::uint64_t format_version = 2;
 inline constexpr std::size_t part_count = 64;        // tracked processes per job
-inline constexpr std::size_t live_slots = 2048;      // (site, device) pairs per process
+inline constexpr std::size_t slice_count = 16;       // slice 0 shared, 1..15 one thread's each
+inline constexpr std::size_t live_slots = 2048;      // (site, device) pairs per slice
 inline constexpr std::size_t live_probes = 64;
 inline constexpr std::size_t site_slots = 1024;      // sites whose frames are kept
 inline constexpr std::size_t frame_depth = 16;
-inline constexpr std::size_t ring_slots = 256;       // the last events
+inline constexpr std::size_t ring_slots = 256;       // the last events, per slice
 inline constexpr std::size_t scope_threads = 32;
 inline constexpr std::size_t scope_depth = 8;        // open scopes kept per thread, outermost first
 inline constexpr std::size_t scope_name_words = 6;   // 47 bytes of a scope's name
@@ -118,15 +132,30 @@ inline constexpr std::uint64_t part_free = 0;
 inline constexpr std::uint64_t part_live = 1;
 inline constexpr std::uint64_t part_closed = 2;  // its exit path ran: no post-mortem
 
+/// What one thread (or, slice 0, the threads without one of their own) recorded.
+struct slice_header {
+  word owner;       // the OS thread id of the thread writing it; 0: none now
+  word used;        // 1 once written: its figures count after its thread ended too
+  word event_head;  // events recorded here (the ring keeps the last ring_slots)
+  word device_peak[device_words];  // the highest live bytes the ledger reported (host, device 0, ...)
+  word unused[3];   // to a whole number of cache lines
+};
+
+struct slice {
+  slice_header header;
+  live_slot live[live_slots];
+  event_slot events[ring_slots];
+};
+
+inline constexpr std::size_t shared_slice = 0;
+
 struct part_header {
   word pid;                // claimed by compare-and-swap from 0
   word state;              // part_live, part_closed
   word start_unix_ns;
-  word event_head;         // events recorded (the ring keeps the last ring_slots)
   word modules;            // module slots in use
-  word dropped_sites;      // allocations whose (site, device) found no slot
+  word dropped_sites;      // events whose (site, device) found no slot in their slice
   word dropped_threads;    // scopes of threads that found no slot
-  word device_peak[device_words];  // the highest live bytes the ledger reported (host, device 0, ...)
   word log_seq;            // guards the log's fields
   word log_start_unix_ns;  // the JSONL log's t=0 in wall time
   word log_path[text_words];
@@ -135,9 +164,8 @@ struct part_header {
 
 struct part {
   part_header header;
-  live_slot live[live_slots];
+  slice slices[slice_count];
   site_slot sites[site_slots];
-  event_slot events[ring_slots];
   scope_thread scopes[scope_threads];
   module_slot modules[module_slots];
 };
@@ -173,10 +201,11 @@ struct read_live {
   std::int64_t allocations = 0;
   std::int64_t frees = 0;
   std::int64_t total_bytes = 0;
-  bool in_flight = false;  // its writer died mid-update: the last committed figures
+  bool in_flight = false;  // a writer died mid-update: its slice's last committed figures
 };
 struct read_event {
-  std::uint64_t index = 0;
+  std::uint64_t index = 0;  // 1 + the event's number in its slice
+  std::uint32_t slice = 0;
   std::int64_t time_ns = 0;
   bool alloc = true;
   std::uint64_t address = 0;
@@ -211,9 +240,9 @@ struct read_part {
   std::string program;
   std::string log_path;
   std::int64_t log_start_unix_ns = 0;
-  std::vector<read_live> live;      // slots with live bytes or allocations, in slot order
+  std::vector<read_live> live;      // (site, device) with live bytes or allocations, summed over slices, by key
   std::vector<std::pair<std::uint32_t, std::vector<std::uint64_t>>> site_frames;
-  std::vector<read_event> events;   // oldest first
+  std::vector<read_event> events;   // every slice's ring merged, oldest first
   std::uint64_t events_total = 0;
   std::uint64_t events_in_flight = 0;
   std::vector<read_thread> threads; // threads with open scopes
@@ -267,7 +296,8 @@ inline std::uint64_t begin_write(word& seq) noexcept {
 
 inline void end_write(word& seq, std::uint64_t s) noexcept { seq.store(s + 2, std::memory_order_release); }
 
-// A single writer's slot (a thread's scope entry, a module slot under the module mutex).
+// A single writer's slot (a thread's own slice, its scope entry, a module slot under the module
+// mutex): plain stores, no read-modify-write.
 inline std::uint64_t begin_own_write(word& seq) noexcept {
   const std::uint64_t s = seq.load(std::memory_order_relaxed);
   seq.store(s + 1, std::memory_order_relaxed);

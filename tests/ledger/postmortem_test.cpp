@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -236,7 +238,9 @@ TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
   ASSERT_NE(base, MAP_FAILED);
   auto* part = reinterpret_cast<pm::part*>(static_cast<char*>(base) + pm::parts_offset);
   part->header.pid.store(4242);
-  pm::live_slot& slot = part->live[7];
+  pm::slice& sl = part->slices[1];
+  sl.header.used.store(1);
+  pm::live_slot& slot = sl.live[7];
   slot.key.store(pm::live_key(5, 1));
   const std::uint64_t s = pm::begin_write(slot.seq);
   slot.bytes[1].store(1000);
@@ -244,7 +248,7 @@ TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
   pm::end_write(slot.seq, s);  // committed: copy 1 holds 1000 bytes in 2
   static_cast<void>(pm::begin_write(slot.seq));
   slot.bytes[0].store(999999);  // the writer died here
-  pm::event_slot& e = part->events[0];
+  pm::event_slot& e = sl.events[0];
   static_cast<void>(pm::begin_write(e.seq));
   e.index.store(1);
   const pm::region_reader reader(fd);
@@ -325,6 +329,107 @@ TEST(Postmortem, SigkilledChildLeavesItsCommittedState) {
   std::printf("200 SIGKILLed children in %.1f s; %d died with the next operation (part of it) in the region, "
               "%d slots in flight\n", seconds, next_included, in_flight_slots);
   EXPECT_LT(seconds, 60.0);
+}
+
+// Threads record into slices of their own, and a free by another thread than the allocating one
+// is a negative delta in the freeing thread's slice: a child runs more threads at once than there
+// are owned slices (the rest share slice 0), each frees half of another thread's blocks, and is
+// SIGKILLed once all is committed. The region's sums are the child's live figures exactly.
+TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
+  constexpr int threads = static_cast<int>(pm::slice_count) + 4;
+  constexpr int per_thread = 40;
+  const auto address = [](int t, int i) { return static_cast<std::uintptr_t>(t * per_thread + i + 1) << 20; };
+  const auto bytes_of = [](int i) { return static_cast<std::size_t>(64 * (i + 1)); };
+  const auto device_of = [](int i) { return i % 2 == 0 ? -1 : 0; };
+  const int fd = new_region();
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
+    gpuguard::configure_ledger(gpuguard::options{});
+    const auto in_threads = [&](auto&& work) {
+      std::atomic<int> arrived{0};
+      std::atomic<int> finished{0};
+      std::vector<std::thread> running;
+      for (int t = 0; t < threads; ++t) {
+        running.emplace_back([&, t] {
+          arrived.fetch_add(1);
+          while (arrived.load() < threads) { std::this_thread::yield(); }  // all alive at once
+          work(t);
+          // Each keeps its slice until every thread has recorded: none hands one on to another.
+          finished.fetch_add(1);
+          while (finished.load() < threads) { std::this_thread::yield(); }
+        });
+      }
+      for (std::thread& r : running) { r.join(); }
+    };
+    in_threads([&](int t) {
+      for (int i = 0; i < per_thread; ++i) {
+        gpuguard::allocation_event e;
+        e.ptr = reinterpret_cast<void*>(address(t, i));
+        e.bytes = bytes_of(i);
+        e.device = device_of(i);
+        e.kind = e.device < 0 ? gpuguard::memory_kind::host : gpuguard::memory_kind::device;
+        gpuguard::record_allocation(e);
+      }
+    });
+    in_threads([&](int t) {  // the first half of the next thread's blocks
+      for (int i = 0; i < per_thread / 2; ++i) {
+        static_cast<void>(gpuguard::record_free(reinterpret_cast<void*>(address((t + 1) % threads, i)), bytes_of(i),
+                                                gpuguard::unknown_device, nullptr));
+      }
+    });
+    const char done = 1;
+    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
+    for (;;) { ::pause(); }
+  }
+  ::close(p[1]);
+  pollfd pf{p[0], POLLIN, 0};
+  char done = 0;
+  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(p[0]);
+  ASSERT_TRUE(ready) << "the child did not finish its threads within 20 s";
+  std::map<int, std::pair<std::int64_t, std::int64_t>> expected;  // device: bytes, count
+  for (int i = per_thread / 2; i < per_thread; ++i) {
+    expected[device_of(i)].first += static_cast<std::int64_t>(bytes_of(i)) * threads;
+    expected[device_of(i)].second += threads;
+  }
+  const pm::region_reader reader(fd);
+  ASSERT_TRUE(reader.valid()) << reader.error();
+  const std::vector<pm::read_part> parts = reader.parts();
+  ASSERT_EQ(parts.size(), 1U);
+  const pm::read_part& part = parts[0];
+  std::map<int, std::pair<std::int64_t, std::int64_t>> got;
+  for (const pm::read_live& l : part.live) {
+    EXPECT_FALSE(l.in_flight);
+    got[l.device].first += l.bytes;
+    got[l.device].second += l.count;
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(part.dropped_sites, 0U);
+  EXPECT_EQ(part.events_total, static_cast<std::uint64_t>(threads * per_thread * 3 / 2));
+  EXPECT_EQ(part.events_in_flight, 0U);
+  // Every slice was written (more threads than owned slices), and each owned slice's events keep
+  // their thread's order in the merged ring.
+  std::map<std::uint32_t, std::uint64_t> last_index;
+  for (const pm::read_event& e : part.events) {
+    if (e.slice != pm::shared_slice) {
+      EXPECT_GT(e.index, last_index[e.slice]) << "slice " << e.slice;
+    }
+    last_index[e.slice] = e.index;
+  }
+  void* raw = ::mmap(nullptr, pm::region_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  const auto* raw_part = reinterpret_cast<const pm::part*>(static_cast<const char*>(raw) + pm::parts_offset);
+  std::string used;
+  for (const pm::slice& sl : raw_part->slices) { used += std::to_string(sl.header.used.load()) + ":" + std::to_string(sl.header.event_head.load()) + " "; }
+  ::munmap(raw, pm::region_bytes);
+  EXPECT_EQ(last_index.size(), pm::slice_count) << used << "first slice " << last_index.begin()->first << ", " << part.events.size() << " events";
+  ::close(fd);
 }
 
 // A child that exits normally closes its part: the supervisor writes no post-mortem for it.
