@@ -205,7 +205,10 @@ struct known_code {
 };
 
 // Each thread's last code objects: a capture in a loop finds its code here, without the lock.
-constexpr std::size_t thread_cache_ways = 64;
+// Kept small: the library's thread-locals are in the initial-exec model (ledger_state.hpp), so all
+// of them must fit the static TLS that glibc keeps for libraries loaded later (Python importing
+// the wheel's module dlopens libgpuguard), which is under 2 KiB by default. 16 ways of 40 bytes.
+constexpr std::size_t thread_cache_ways = 16;
 struct cached_code {
   code_key key;
   known_code known;
