@@ -9,6 +9,7 @@ docs/benchmarks.md from the kept results.
         [--repetitions 5] [--no-interleave]
     python3 benchmarks/run_benchmarks.py keep RUNNER_OUT --commit COMMIT [--command CMD]
     python3 benchmarks/run_benchmarks.py docs [--out docs/benchmarks.md]
+    python3 benchmarks/run_benchmarks.py summary RUNNER_OUT
 
 `keep` takes the three JSON results of one `scripts/gpu-runner.sh bench` (benchmarks.json,
 track_overhead.json, torch_bench.json in its output folder) and writes them, with the commit and
@@ -16,7 +17,9 @@ command that made them, to benchmarks/results/<model>.json (h100.json, h200.json
 model, the newest replacing the one before. `docs` builds docs/benchmarks.md from those files
 alone: each target, its figure on each GPU model with the run's date, commit and command, and how
 it is measured. benchmarks/test_run_benchmarks.py checks that the committed page is what `docs`
-builds.
+builds. `summary` writes RUNNER_OUT/summary.md and summary.json from track_overhead.json and
+torch_bench.json: every target they judged (median, 95% interval, verdict) and each baseline's
+spread against itself, under the card's name; the bench slice prints it last.
 
 --bench names one program and may be repeated; without it, both programs of build/benchmarks run
 (gpuguard_tracking_bench, then gpuguard_ops_bench). Without --json-in each program runs as
@@ -52,6 +55,8 @@ import statistics
 import subprocess
 import sys
 
+import figure_stats as stats
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACKING_PROGRAM = "gpuguard_tracking_bench"
 OPS_PROGRAM = "gpuguard_ops_bench"
@@ -72,6 +77,7 @@ HOST_UNTRACKED_16 = "BM_host_pair/untracked/real_time/threads:16"
 HOST_TRACKED_16 = "BM_host_pair/tracked/real_time/threads:16"
 HOST_UNTRACKED_2 = "BM_host_pair/untracked/real_time/threads:2"
 HOST_TRACKED_2 = "BM_host_pair/tracked/real_time/threads:2"
+HOST_POSTMORTEM_1 = "BM_host_pair/tracked_postmortem/real_time/threads:1"
 STACKS_ALL = "BM_host_pair_stacks_all/tracked/real_time"
 STACKS_SAMPLED = "BM_host_pair_stacks_sampled/tracked/real_time"
 CUDA_UNTRACKED = "BM_cuda_malloc_pair/untracked/real_time"
@@ -382,13 +388,6 @@ def rounds_verdict(baseline, measured, limit):
     if min(ratios) > limit:
         return "MISS", ratios
     return "within noise", ratios
-
-
-def rotated(arms, round_index):
-    """The arms (programs or modes) in the order round `round_index` runs them: each round starts
-    one arm later, so that no arm always runs first."""
-    shift = round_index % len(arms)
-    return list(arms[shift:]) + list(arms[:shift])
 
 
 def ratio_range(ratios):
@@ -854,6 +853,8 @@ def library_rows(document):
 
     pair("host allocate+deallocate pair (256 B), tracked minus untracked", "added",
          HOST_UNTRACKED_1, HOST_TRACKED_1, 50.0)
+    pair("post-mortem region, added per host pair: tracked with the region minus untracked", "added",
+         HOST_UNTRACKED_1, HOST_POSTMORTEM_1, 50.0)
     one_t, many_t = lookup(results, HOST_TRACKED_1), lookup(results, HOST_TRACKED_16)
     one_u, many_u = lookup(results, HOST_UNTRACKED_1), lookup(results, HOST_UNTRACKED_16)
     heading = "16 threads: tracked's 16/1-thread throughput over untracked's"
@@ -916,8 +917,17 @@ def rounds_cell(ratio, round_ratios, judged):
     return cell("%.3f" % ratio, judged, "rounds %s" % ratio_range(round_ratios))
 
 
+def interval_cell(figure):
+    """A figure of figure_stats.figure(): its median, its interval and its verdict."""
+    if figure["interval"] is None:
+        return cell("%.3f" % figure["median"], figure.get("verdict", ""), "%d rounds" % len(figure["rounds"]))
+    return cell("%.3f" % figure["median"], figure.get("verdict", ""), "95%% interval %.3f to %.3f, %d rounds"
+                % (figure["interval"][0], figure["interval"][1], len(figure["rounds"])))
+
+
 def track_rows(document):
-    """(figure, target, measured by, cell) for track_overhead.py's figures of one run."""
+    """(figure, target, measured by, cell) for track_overhead.py's figures of one run (a run before
+    the intervals: rounds' ratios and their verdict)."""
     rows = []
     figures = document.get("figures", {})
     for name, what, how in TRACK_FIGURES:
@@ -926,28 +936,49 @@ def track_rows(document):
         if not figure:
             rows.append((heading, "?", BY_TRACK, "not run (not in this run)"))
             continue
-        rows.append((heading, "<= %g" % figure["target"], BY_TRACK,
-                     rounds_cell(figure["ratio"], figure["round_ratios"], figure["verdict"])))
+        if "interval" in figure:
+            rows.append((heading, "<= %g" % figure["target"], BY_TRACK, interval_cell(figure)))
+        else:
+            rows.append((heading, "<= %g" % figure["target"], BY_TRACK,
+                         rounds_cell(figure["ratio"], figure["round_ratios"], figure["verdict"])))
         if name == "cuMemAllocAsync pair ns":
             inside = document.get("in_one_process", {}).get("track")
             heading = "the same pair inside one process: the interposer's calls / the driver's own"
             if not inside:
                 rows.append((heading, "<= %g" % figure["target"], BY_TRACK, "not run (not in this run)"))
+            elif "interval" in inside:
+                rows.append((heading, "<= %g" % figure["target"], BY_TRACK, interval_cell(
+                    dict(inside, verdict=stats.verdict(inside["interval"], figure["target"])))))
             else:
                 judged, _ = rounds_verdict([1.0] * len(inside["round_ratios"]), inside["round_ratios"],
                                            figure["target"])
                 rows.append((heading, "<= %g" % figure["target"], BY_TRACK,
                              rounds_cell(inside["ratio"], inside["round_ratios"], judged)))
+    peer = document.get("peer")
+    if peer:
+        heading = "`--track` overhead / `_record_memory_history()` overhead, a PyTorch training step"
+        q = peer["track_over_peer"]
+        from track_overhead import PEER_LIMIT  # track_overhead imports this file
+        rows.append((heading, "<= %g" % PEER_LIMIT, BY_TRACK,
+                     interval_cell(q) if q else "not measurable (recording cost nothing in a round)"))
     return rows
 
 
+# torch_bench.py's targets before its JSON named them (runs before 2026-12-07).
+TORCH_TARGETS_BEFORE_INTERVALS = {"observe": 1.01, "swap_in": 1.15}
+
+
 def torch_rows(document):
-    """(figure, target, measured by, cell) for torch_bench.py's figures of one run."""
-    from torch_bench import TARGETS  # its JSON does not repeat the targets; torch_bench imports this file
+    """(figure, target, measured by, cell) for torch_bench.py's figures of one run (a run before
+    the intervals: rounds' ratios and their verdict)."""
     rows = []
     for mode, heading in (("observe", "LibTorch adapter, observe mode: training step / native step"),
                           ("swap_in", "LibTorch adapter, swap-in mode: training step / native step")):
-        target = "<= %g" % TARGETS[mode]
+        figure = document.get("figures", {}).get(mode)
+        if figure:
+            rows.append((heading, "<= %g" % figure["target"], BY_TORCH, interval_cell(figure)))
+            continue
+        target = "<= %g" % TORCH_TARGETS_BEFORE_INTERVALS[mode]
         if mode not in document.get("ratios", {}):
             rows.append((heading, target, BY_TORCH, "not run (not in this run)"))
             continue
@@ -967,6 +998,23 @@ def command_words(command):
     the page holds no path of one machine."""
     words = shlex.split(command)
     return shlex.join([os.path.basename(words[0])] + words[1:]) if words else command
+
+
+def merged_rows(rows, models):
+    """The page's rows from each model's (figure, target, by, cell) rows: one per figure, in the
+    order the models first name them, with each model's target (None where its run has no such
+    figure) and cell ("not run (not in this run)" there)."""
+    order = []
+    for model in models:
+        for figure, _, by, _ in rows[model]:
+            if (figure, by) not in order:
+                order.append((figure, by))
+    merged = []
+    for figure, by in order:
+        found = [{r[0]: r for r in rows[m]}.get(figure) for m in models]
+        merged.append((figure, by, [r[1] if r else None for r in found],
+                       [r[3] if r else "not run (not in this run)" for r in found]))
+    return merged
 
 
 def docs_page(kept_by_model):
@@ -990,15 +1038,15 @@ def docs_page(kept_by_model):
             "%s (%s, %s)" % (model, dated[model].split(" ")[0], kept_by_model[model]["commit"])
             for model in models),
         "|---|---|---|%s" % ("---|" * len(models))]
-    first = rows[models[0]]
-    for other in models[1:]:
-        if [r[:3] for r in rows[other]] != [r[:3] for r in first]:
-            raise ValueError("the kept results of %s and %s give different figures" % (models[0], other))
-    for index, (figure, target, by, _) in enumerate(first):
-        lines.append("| %s | %s | %s | %s |" % (figure, target, by,
-                                                " | ".join(rows[m][index][3] for m in models)))
+    for figure, by, targets, cells in merged_rows(rows, models):
+        named = {t for t in targets if t is not None}
+        target = named.pop() if len(named) == 1 else "; ".join(
+            "%s: %s" % (m, t) for m, t in zip(models, targets) if t is not None)
+        lines.append("| %s | %s | %s | %s |" % (figure, target, by, " | ".join(cells)))
     lines += ["", "PASS: within the target; MISS: over it; within noise: the rounds' own ratios fall on "
-              "both sides of the target, so the run cannot tell.", "", "## The runs", "",
+              "both sides of the target, so the run cannot tell. Where a figure shows a 95% interval: met "
+              "where the interval's upper end is within the target, missed where its lower end is over it, "
+              "within noise where it covers the target.", "", "## The runs", "",
               "| | %s |" % " | ".join(models), "|---|%s" % ("---|" * len(models))]
     machines = [kept_by_model[m]["benchmarks"].get("context", {}).get("gpuguard_machine", {}) for m in models]
     lines.append("| GPU | %s |" % " | ".join(
@@ -1060,13 +1108,19 @@ HOW_MEASURED = [
     "scope bodies while the writer thread drains the queue into the JSONL sink; a figure is the time "
     "per body. The writer's rate is 65536 scopes written to a file, none dropped.",
     "- **`gpuguard run --track`** (`benchmarks/track_overhead.py`): a plain program against the same "
-    "program under `gpuguard run --track`, in separate processes, in rounds that each run every arm "
-    "once in a rotated order. The figure is the median of the rounds; the verdict looks at each "
-    "round's own ratio. The program also times the stream-ordered pair inside one process, through "
-    "the interposer and through the driver's entry points in alternating batches.",
+    "program under `gpuguard run --track`, in separate processes (the interposer is preloaded), in rounds "
+    "that each run every arm once, each round starting one arm later, and the plain program a second "
+    "time (the baseline's own spread). A figure is the median of the rounds' paired ratios (an arm over "
+    "plain in the same round) with a distribution-free 95% interval on that median (the order statistics "
+    "of the rounds, as the sign test bounds a median); runs before the intervals judged each round's ratio. "
+    "The program also times the stream-ordered pair inside one process, through the interposer and "
+    "through the driver's entry points in alternating batches. The PyTorch step also runs alternating "
+    "blocks under PyTorch's `torch.cuda.memory._record_memory_history()` (default arguments) in the "
+    "plain processes: the peer whose overhead `--track`'s is compared with.",
     "- **The LibTorch adapter** (`benchmarks/torch_bench.py`): `examples/torch_cnn`'s median step "
-    "time in observe and swap-in mode against PyTorch's native allocator, the modes interleaved in "
-    "rounds of 1000 timed steps.",
+    "time in observe and swap-in mode against PyTorch's native allocator, a process per mode, the modes "
+    "alternating round by round, native run twice a round; figures, intervals and verdicts as for "
+    "`--track`.",
     "",
     "To measure again on a machine with one H100 or H200, and keep the run:",
     "",
@@ -1155,6 +1209,84 @@ def docs_main(argv):
     print("run_benchmarks.py docs: wrote %s (%d lines)" % (args.out, lines))
 
 
+# ---- the bench slice's summary ---------------------------------------------------------------------
+# The targets track_overhead.py and torch_bench.py judged in one GPU runner's output folder, with
+# their intervals and verdicts, and the spread of each baseline against itself.
+SUMMARY_SOURCES = (("track_overhead", BY_TRACK), ("torch_bench", BY_TORCH))
+
+
+def summary_of(documents):
+    """The summary document from {key: JSON} of track_overhead.py's and torch_bench.py's runs."""
+    cards = sorted({d.get("card", "?") for d in documents.values()})
+    if len(cards) > 1:
+        raise ValueError("the results ran on different cards (%s): summarize one run" % ", ".join(cards))
+    summary = {"card": cards[0] if cards else "?", "method": stats.METHOD, "targets": [], "baseline_spread": []}
+    for key, by in SUMMARY_SOURCES:
+        document = documents.get(key)
+        if document is None:
+            continue
+        if "targets" not in document:
+            raise ValueError("the %s result has no judged targets: a run before the intervals" % key)
+        summary["targets"] += [dict(row, by=by) for row in document["targets"]]
+        summary["baseline_spread"] += [dict(row, by=by) for row in document["baseline_spread"]]
+    return summary
+
+
+def summary_markdown(summary):
+    def interval(row):
+        return stats.interval_range(row) if row["interval"] else "-"
+
+    def median(row):
+        return "%.3f" % row["median"] if row["median"] is not None else "-"
+
+    lines = ["## Targets on %s" % summary["card"], "", "Each figure: %s." % summary["method"], "",
+             "| figure | target | median | 95% interval | rounds | verdict | measured by |",
+             "|---|---|---:|---:|---:|---|---|"]
+    lines += ["| %s | %s | %s | %s | %d | %s | %s |" % (r["figure"], r["target"], median(r), interval(r), r["rounds"],
+                                                       r["verdict"], r["by"]) for r in summary["targets"]]
+    lines += ["", "met: the interval's upper end is within the target; missed: its lower end is over it; "
+              "within noise: the interval covers the target.", "",
+              "The baseline against itself (the baseline run twice in each round): a target's margin "
+              "narrower than this spread cannot be judged by the run.", "",
+              "| figure | median | 95% interval | rounds | measured by |", "|---|---:|---:|---:|---|"]
+    lines += ["| %s | %s | %s | %d | %s |" % (r["figure"], median(r), interval(r), r["rounds"], r["by"])
+              for r in summary["baseline_spread"]]
+    return "\n".join(lines) + "\n"
+
+
+def summary_main(argv):
+    parser = argparse.ArgumentParser(
+        prog="run_benchmarks.py summary",
+        description="Write summary.md and summary.json into a GPU runner's output folder: the targets "
+                    "track_overhead.py and torch_bench.py judged, with intervals and verdicts, and each "
+                    "baseline's spread; print the Markdown.")
+    parser.add_argument("runner_out", metavar="RUNNER_OUT", help="scripts/gpu-runner.sh's output folder")
+    args = parser.parse_args(argv)
+    documents = {}
+    for key, _ in SUMMARY_SOURCES:
+        path = os.path.join(args.runner_out, RUNNER_FILES[key])
+        if not os.path.exists(path):
+            continue
+        try:
+            with open(path) as f:
+                documents[key] = json.load(f)
+        except (OSError, ValueError) as error:
+            parser.error("cannot read %s: %s" % (path, error))
+    if not documents:
+        parser.error("%s holds neither %s nor %s" % (args.runner_out, RUNNER_FILES["track_overhead"],
+                                                      RUNNER_FILES["torch_bench"]))
+    try:
+        summary = summary_of(documents)
+    except (ValueError, KeyError, TypeError) as error:
+        parser.error("cannot summarize %s: %s" % (args.runner_out, error))
+    text = summary_markdown(summary)
+    with open(os.path.join(args.runner_out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    with open(os.path.join(args.runner_out, "summary.md"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+
+
 # ---- running ----------------------------------------------------------------------------------------
 def run_one(bench, args):
     """(command, JSON document) of one program's run."""
@@ -1209,8 +1341,8 @@ def own_sections(path):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("docs", "keep"):
-        (docs_main if sys.argv[1] == "docs" else keep_main)(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] in ("docs", "keep", "summary"):
+        {"docs": docs_main, "keep": keep_main, "summary": summary_main}[sys.argv[1]](sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", action="append", metavar="BINARY",

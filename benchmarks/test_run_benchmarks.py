@@ -652,6 +652,89 @@ def with_stacks_arm(doc):
     return doc
 
 
+def check_summary(tmp):
+    """`summary` writes summary.json and summary.md into a runner's folder from track_overhead.py's
+    and torch_bench.py's results: every judged target with its interval and verdict, each baseline's
+    spread, on the card's name; results of two cards, of a run before the intervals, or no result
+    at all are refused with status 2."""
+    sys.path.insert(0, HERE)
+    import torch_bench
+    import track_overhead
+    machine = {"cpu": "x", "cores": 16, "gpus": [{"name": "NVIDIA H100 80GB HBM3", "driver": "580"}]}
+    plain = [2.0, 2.1, 2.0, 2.2, 2.1, 2.0, 2.05]
+    runs = {"plain": {"median step ms": plain, track_overhead.PEER_STEP: [3.0] * 7,
+                      track_overhead.PEER_RATIO: [1.5] * 7},
+            "track": {"median step ms": [p * 1.03 for p in plain]},
+            "plain_again": {"median step ms": list(plain)}}
+    track = track_overhead.result_of(runs, 7, machine, "2026-12-07")
+    per_mode = {m: [p * f for p in plain] for m, f in (("native", 1.0), ("observe", 1.01), ("swap_in", 1.2),
+                                                      ("native_async", 1.1), ("native_again", 1.0))}
+    torch = torch_bench.summarize(per_mode, 7, 310, machine, "2026-12-07")
+    folder = os.path.join(tmp, "summary-out")
+    os.makedirs(folder)
+    for name, document in (("track_overhead.json", track), ("torch_bench.json", torch)):
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(document, f)
+    done = subprocess.run([sys.executable, SCRIPT, "summary", folder], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with open(os.path.join(folder, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["card"] == "NVIDIA H100 80GB HBM3" and "distribution-free" in summary["method"], summary
+    judged = [(r["figure"], r["verdict"], r["by"]) for r in summary["targets"]]
+    assert judged == [("`--track` PyTorch step / plain", "missed", "`track_overhead.py`"),
+                      (track_overhead.PEER_TITLE, "met", "`track_overhead.py`"),
+                      ("LibTorch adapter, observe / native step", "met", "`torch_bench.py`"),
+                      ("LibTorch adapter, swap-in / native step", "missed", "`torch_bench.py`")], judged
+    assert [r["figure"] for r in summary["baseline_spread"]] == ["plain again / plain: median step ms",
+                                                                 "native again / native step"], summary
+    with open(os.path.join(folder, "summary.md")) as f:
+        text = f.read()
+    assert text == done.stdout, "summary prints what it writes"
+    assert text.startswith("## Targets on NVIDIA H100 80GB HBM3\n"), text
+    assert ("| LibTorch adapter, swap-in / native step | <= 1.05, the 95% interval's upper end | 1.200 | 1.200 to 1.200 "
+            "| 7 | missed | `torch_bench.py` |") in text, text
+    assert "| native again / native step | 1.000 | 1.000 to 1.000 | 7 | `torch_bench.py` |" in text, text
+    # One result alone is summarized too.
+    os.remove(os.path.join(folder, "track_overhead.json"))
+    done = subprocess.run([sys.executable, SCRIPT, "summary", folder], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--track" not in done.stdout and "swap-in" in done.stdout, done
+    # Refused: two cards; a run before the intervals; an empty folder.
+    other = dict(track, card="NVIDIA H200")
+    with open(os.path.join(folder, "track_overhead.json"), "w") as f:
+        json.dump(other, f)
+    done = subprocess.run([sys.executable, SCRIPT, "summary", folder], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "different cards (NVIDIA H100 80GB HBM3, NVIDIA H200)" in done.stderr, done
+    with open(os.path.join(RESULTS, "h100.json")) as f:
+        old = json.load(f)["track_overhead"]
+    with open(os.path.join(folder, "track_overhead.json"), "w") as f:
+        json.dump(dict(old, card="NVIDIA H100 80GB HBM3"), f)
+    done = subprocess.run([sys.executable, SCRIPT, "summary", folder], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "a run before the intervals" in done.stderr, done
+    # The generated page from a kept H100 run with intervals beside the H200's before them: one row
+    # per figure, each model's target where they differ, the peer's row "not run" where absent.
+    kept_dir = os.path.join(tmp, "kept-new")
+    os.makedirs(kept_dir)
+    for model in ("h100", "h200"):
+        with open(os.path.join(RESULTS, model + ".json")) as f:
+            kept = json.load(f)
+        if model == "h100":
+            kept["track_overhead"], kept["torch_bench"] = track, torch
+        with open(os.path.join(kept_dir, model + ".json"), "w") as f:
+            json.dump(kept, f)
+    page = generate(kept_dir, os.path.join(tmp, "kept-new.md"))
+    cells = page_row(page, "LibTorch adapter, swap-in mode: training step / native step")
+    assert cells[1] == "H100: <= 1.05; H200: <= 1.15", cells
+    assert cells[3] == "1.200 (95% interval 1.200 to 1.200, 7 rounds): missed" and cells[4].endswith(": within noise"), cells
+    cells = page_row(page, "`--track` overhead / `_record_memory_history()` overhead, a PyTorch training step")
+    assert cells[1] == "<= 0.5" and cells[3].endswith("7 rounds): met") and cells[4] == "not run (not in this run)", cells
+    cells = page_row(page, "`gpuguard run --track`: a PyTorch training step, tracked / plain")
+    assert cells[1] == "H100: <= 1.02; H200: <= 1.01" and cells[3].endswith(": missed"), cells
+    empty = os.path.join(tmp, "summary-empty")
+    os.makedirs(empty)
+    done = subprocess.run([sys.executable, SCRIPT, "summary", empty], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "holds neither track_overhead.json nor torch_bench.json" in done.stderr, done
+
+
 def main():
     with open(SAMPLE) as f:
         doc = with_stacks_arm(json.load(f))
@@ -772,6 +855,7 @@ def main():
         check_docs_page(tmp)
         check_readme_costs()
         check_keep(tmp)
+        check_summary(tmp)
     print("test_run_benchmarks.py: all checks passed")
 
 

@@ -9,13 +9,23 @@ modes interleaved (so drift in clocks or temperature falls on all of them alike)
 
 Each round runs every mode once (`TORCH_CNN --mode M --bench --no-leak --steps N`; the program
 drops its first 10 steps as warm-up and prints the median of the rest), starting one mode later
-than the round before. A mode's figure is the median over rounds. Targets: observe at
-most 1.01 times native, swap-in at most 1.15 times. The verdict looks at every round's own ratio
-(the mode against the native run of the same round): PASS if each is within the target, MISS if
-none is, "within noise" if the rounds disagree. A fourth mode, native_async, runs PyTorch's own
+than the round before, so the modes alternate round by round (a mode needs its own process:
+swap-in must come before the first tensor, and observe cannot be detached). Each round also runs
+native a second time ("native_again"): native_again / native is the spread of the baseline
+itself. A figure is the median of the rounds' paired ratios (a mode over the native run of the
+same round) with a distribution-free 95% interval on that median (figure_stats.py). Targets:
+observe at most 1.02 times native, swap-in at most 1.05 times, each the interval's upper end; the
+verdict is met where the upper end is within the target, missed where the lower end is above it,
+within noise where the interval covers it. At least 6 rounds (a 95% interval needs them); 7 by
+default. A fourth mode, native_async, runs PyTorch's own
 allocator with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: the upstream swap-in allocates
 from (the stream-ordered pool), without the pluggable allocator or gpuguard. It splits swap-in's
 cost into the pool's share (native_async / native) and the rest's (swap_in / native_async).
+Swap-in allocates from gpuguard's caching pool by default; a fifth mode, swap_in_async, is swap-in
+over cudaMallocAsync (GPUGUARD_OPTIONS torch_upstream=async), the upstream it had before the pool:
+what the pool saves.
+--json-out keeps the figures, the judged targets ("targets"), the baseline's spread
+("baseline_spread") and the card's name ("card").
 
 The rounds' own ratios spread across 1 percent because one process's step time differs from the
 next one's. With --inside, observe's target is also judged inside processes: the native run of
@@ -37,10 +47,13 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_benchmarks import describe_machine, machine_words, ratio_range, rotated, rounds_verdict, with_section  # noqa: E402
+import figure_stats as stats  # noqa: E402
+from run_benchmarks import describe_machine, machine_words, with_section  # noqa: E402
 
-MODES = ("native", "observe", "swap_in", "native_async")
-TARGETS = {"observe": 1.01, "swap_in": 1.15}
+MODES = ("native", "observe", "swap_in", "native_async", "swap_in_async", "native_again")
+TARGETS = {"observe": 1.02, "swap_in": 1.05}
+TARGET_TITLES = {"observe": "LibTorch adapter, observe / native step",
+                 "swap_in": "LibTorch adapter, swap-in / native step"}
 # What a round runs: every mode, and observe attached at the split (native is split as it runs).
 RUNS = MODES + ("observe_split",)
 
@@ -55,7 +68,10 @@ def run_mode(binary, run, steps, split):
     """One run of the program: (median step ms, (median before the split, after it) or None,
     allocations gpuguard recorded per timed step or None: native mode records none)."""
     env = dict(os.environ, GPUGUARD_OPTIONS="text_log=off:leak_report=0")
-    mode = {"native_async": "native", "observe_split": "observe"}.get(run, run)
+    mode = {"native_async": "native", "native_again": "native", "observe_split": "observe",
+            "swap_in_async": "swap_in"}.get(run, run)
+    if run == "swap_in_async":
+        env["GPUGUARD_OPTIONS"] += ":torch_upstream=async"
     if run == "native_async":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     command = [binary, "--mode", mode, "--bench", "--no-leak", "--steps", str(steps)]
@@ -77,57 +93,81 @@ def run_mode(binary, run, steps, split):
 
 def split_figure(halves):
     """Observe judged inside processes, from each round's (before, after) medians of a native run
-    and of an observe run that attached at the split: (median of the rounds' figures, each round's
-    figure, verdict). A round's figure is observe's after/before over native's after/before."""
+    and of an observe run that attached at the split: a figure() of the rounds' figures, each
+    observe's after/before over native's after/before, judged against observe's target."""
     native = [after / before for before, after in halves["native"]]
     observed = [after / before for before, after in halves["observe_split"]]
-    verdict, ratios = rounds_verdict(native, observed, TARGETS["observe"])
-    return {"ratio": statistics.median(ratios), "round_ratios": ratios, "verdict": verdict}
+    return stats.figure(stats.paired_ratios(native, observed), TARGETS["observe"])
 
 
 def summarize(per_mode, rounds, steps, machine, date, halves=None, split=None, allocations=None):
-    """The run's document (what --json-out writes): each mode's rounds, their median, and each
-    target's ratio and verdict; with `halves` (each round's medians before and after the split, of
-    native and observe_split), observe judged inside processes too; with `allocations` (each
-    mode's allocations per step, per round), their medians."""
-    medians = {m: statistics.median(v) for m, v in per_mode.items()}
-    ratios = {m: medians[m] / medians["native"] for m in TARGETS}
-    verdicts, round_ratios = {}, {}
-    for mode, limit in TARGETS.items():
-        verdicts[mode], round_ratios[mode] = rounds_verdict(per_mode["native"], per_mode[mode], limit)
-    document = {"date": date, "machine": machine, "rounds": rounds, "steps": steps,
-                "per_round_ms": per_mode, "median_ms": medians, "ratios": ratios,
-                "round_ratios": round_ratios, "verdicts": verdicts}
+    """The run's document (what --json-out writes): each mode's rounds and their median, each
+    mode's paired ratio to native with its interval (and verdict where it has a target), swap-in
+    over native_async, the baseline's spread (native_again / native, where the run has it), the
+    judged targets; with `halves` (each round's medians before and after the split, of native and
+    observe_split), observe judged inside processes too; with `allocations` (each mode's
+    allocations per step, per round), their medians."""
+    native = per_mode["native"]
+    present = [m for m in MODES if per_mode.get(m)]
+    figures = {m: stats.figure(stats.paired_ratios(native, per_mode[m]), TARGETS.get(m))
+               for m in present if m not in ("native", "native_again")}
+    if "swap_in" in figures and "native_async" in figures:
+        figures["swap_in_over_native_async"] = stats.figure(stats.paired_ratios(per_mode["native_async"],
+                                                                                per_mode["swap_in"]))
+    document = {"date": date, "machine": machine, "card": stats.card_of(machine), "rounds": rounds, "steps": steps,
+                "method": stats.METHOD, "per_round_ms": {m: per_mode[m] for m in present},
+                "median_ms": {m: statistics.median(per_mode[m]) for m in present}, "figures": figures}
+    if per_mode.get("native_again"):
+        document["native_spread"] = stats.figure(stats.paired_ratios(native, per_mode["native_again"]))
     if halves:
         document.update(split_step=split, halves_ms=halves, observe_split=split_figure(halves))
     if allocations:
         document["allocations_per_step"] = {m: statistics.median(v) for m, v in allocations.items() if v}
+    document["targets"] = [stats.target_row(TARGET_TITLES[m], figures[m]) for m in TARGETS if m in figures]
+    if halves:
+        document["targets"].append(stats.target_row(TARGET_TITLES["observe"] + ", attached inside processes",
+                                                    document["observe_split"]))
+    document["baseline_spread"] = ([stats.spread_row("native again / native step", document["native_spread"])]
+                                   if "native_spread" in document else [])
     return document
 
 
 def table_lines(document, binary_name):
-    medians, rounds, steps = document["median_ms"], document["rounds"], document["steps"]
+    medians, rounds, steps, figures = document["median_ms"], document["rounds"], document["steps"], document["figures"]
     lines = [f"Machine: {machine_words(document['machine'])}; {document['date']}.",
              f"Command: `python3 benchmarks/torch_bench.py {binary_name} --rounds {rounds} "
              f"--steps {steps}{' --inside' if 'observe_split' in document else ''}`: median step of examples/torch_cnn over {steps - 10} steps after "
-             f"10 of warm-up, median of {rounds} interleaved rounds.", "",
-             "| mode | median step | ratio to native | rounds' ratios | target | verdict |",
+             f"10 of warm-up, {rounds} rounds with the modes alternating. Figures: {stats.METHOD}.", "",
+             "| mode | median step | ratio to native | 95% interval | target | verdict |",
              "|---|---|---|---|---|---|",
              f"| native | {medians['native']:.3f} ms | 1.000 | | | |"]
+    if "native_spread" in document:
+        spread = document["native_spread"]
+        lines.append(f"| native again (the baseline's spread) | {medians['native_again']:.3f} ms | "
+                     f"{spread['median']:.3f} | {stats.interval_range(spread)} | | |")
     for mode, limit in TARGETS.items():
-        lines.append(f"| {mode} | {medians[mode]:.3f} ms | {document['ratios'][mode]:.3f} | "
-                     f"{ratio_range(document['round_ratios'][mode])} | at most {limit} | "
-                     f"{document['verdicts'][mode]} |")
-    native_async = medians["native_async"]
-    lines.append(f"| native_async (PyTorch's allocator, backend:cudaMallocAsync) | {native_async:.3f} ms | "
-                 f"{native_async / medians['native']:.3f} | | (comparison) | |")
+        if mode in figures:
+            f = figures[mode]
+            lines.append(f"| {mode} | {medians[mode]:.3f} ms | {f['median']:.3f} | {stats.interval_range(f)} | "
+                         f"at most {limit} | {f['verdict']} |")
+    if "native_async" in figures:
+        f = figures["native_async"]
+        lines.append(f"| native_async (PyTorch's allocator, backend:cudaMallocAsync) | {medians['native_async']:.3f} ms | "
+                     f"{f['median']:.3f} | {stats.interval_range(f)} | (comparison) | |")
+    if "swap_in_async" in figures:
+        f = figures["swap_in_async"]
+        lines.append(f"| swap_in_async (swap-in over cudaMallocAsync, torch_upstream=async) | "
+                     f"{medians['swap_in_async']:.3f} ms | {f['median']:.3f} | {stats.interval_range(f)} | "
+                     "(comparison) | |")
     if "observe_split" in document:
         inside = document["observe_split"]
         lines.append(f"| observe, attached at step {document['split_step']} (inside processes) | | "
-                     f"{inside['ratio']:.3f} | {ratio_range(inside['round_ratios'])} | at most "
+                     f"{inside['median']:.3f} | {stats.interval_range(inside)} | at most "
                      f"{TARGETS['observe']} | {inside['verdict']} |")
-    lines += ["", f"swap_in / native_async: {medians['swap_in'] / native_async:.3f} (what the pluggable "
-              "allocator and gpuguard add over the stream-ordered pool they allocate from)."]
+    if "swap_in_over_native_async" in figures:
+        f = figures["swap_in_over_native_async"]
+        lines += ["", f"swap_in / native_async: {f['median']:.3f} (95% interval: {stats.interval_range(f)}; what the "
+                  "pluggable allocator and gpuguard add over the stream-ordered pool they allocate from)."]
     per_step = document.get("allocations_per_step", {})
     if per_step.get("observe"):
         added_us = (medians["observe"] - medians["native"]) * 1000
@@ -147,7 +187,7 @@ def table_lines(document, binary_name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", nargs="?", help="examples/torch_cnn (not with --json-in)")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=210)
     parser.add_argument("--out")
     parser.add_argument("--append-section", metavar="NAME")
@@ -157,16 +197,22 @@ def main():
     parser.add_argument("--json-in", metavar="FILE",
                         help="write the table of a recorded run (a --json-out file) instead of running")
     args = parser.parse_args()
-    if args.rounds < 1 or args.steps <= 10:
-        parser.error("--rounds must be at least 1 and --steps more than 10 (the warm-up)")
+    if args.rounds < stats.MIN_ROUNDS:
+        parser.error(f"--rounds must be at least {stats.MIN_ROUNDS}: fewer rounds cannot give a 95% interval "
+                     f"on the median (got {args.rounds})")
+    if args.steps <= 10:
+        parser.error(f"--steps must be more than 10, the warm-up (got {args.steps})")
     if (args.binary is None) == (args.json_in is None):
         parser.error("give either TORCH_CNN or --json-in FILE")
+    if args.binary is not None and not os.path.isfile(args.binary):
+        parser.error(f"TORCH_CNN {args.binary}: no such file")
 
     if args.json_in:
         try:
             with open(args.json_in) as f:
                 recorded = json.load(f)
-            per_mode = {m: [float(v) for v in recorded["per_round_ms"][m]] for m in MODES}
+            per_mode = {m: [float(v) for v in recorded["per_round_ms"][m]] for m in MODES
+                        if m in recorded["per_round_ms"]}  # runs before 2026-12-07 have no native_again
             halves = recorded.get("halves_ms")  # runs before 2026-12-05 17:00 have none
             if halves is not None:
                 halves = {run: [(float(b), float(a)) for b, a in halves[run]] for run in ("native", "observe_split")}
@@ -185,8 +231,8 @@ def main():
             parser.error("--inside needs --steps of at least 40 (10 warm-up and 10 timed steps a half)")
         halves = {"native": [], "observe_split": []} if split else None
         allocations = {m: [] for m in TARGETS}
-        for r in range(args.rounds):
-            for run in rotated(RUNS if split else MODES, r):
+        for r, order in enumerate(stats.schedule(RUNS if split else MODES, args.rounds)):
+            for run in order:
                 median, run_halves, per_step = run_mode(args.binary, run, args.steps, split)
                 if run in per_mode:
                     per_mode[run].append(median)

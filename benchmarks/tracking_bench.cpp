@@ -7,6 +7,9 @@
 //       upstream is malloc (malloc_resource.hpp): it scales with threads, so the baseline does.
 //       With more than one thread, the counter threads_sharing_a_shard says how many threads
 //       reuse a block whose record shares its shard of the live table with another's.
+//   BM_host_pair/tracked_postmortem/real_time/threads:1
+//       the tracked pair while a post-mortem region of the benchmark's own is attached (as under
+//       `gpuguard run`): minus BM_host_pair/untracked, what keeping the region current adds.
 //   BM_host_pair_stacks_{all,sampled}/{untracked,tracked}/real_time
 //       the same pair with stacks=all, or stacks=sampled with stack_sample=64, run 16 calls below
 //       the benchmark function in the bench's own code, built with frame pointers as gpuguard is:
@@ -32,6 +35,13 @@
 //       with its quartiles (ratio, ratio_p25, ratio_p75). The pool's pair drifts by more than
 //       tracking adds to it between the two benchmarks above; a ratio taken within one iteration
 //       sees both under the same drift.
+//   BM_host_pool_pair/{untracked,tracked}/real_time
+//       the host pair (256 B) from gpuguard's caching pool over malloc: what the pool's own
+//       bookkeeping (its lock, its free sets, its table of live blocks) costs beside malloc's.
+//   BM_cuda_pool_pair/{untracked,tracked}/real_time
+//       one allocate+deallocate of 1 MiB from gpuguard's caching pool over cudaMalloc (the
+//       LibTorch swap-in's default upstream) on one stream: read beside BM_cuda_malloc_pair and
+//       BM_cuda_async_pair, the same size.
 //   BM_cuda_get_device/real_time
 //       one cudaGetDevice: what the tracking resource adds to each device free besides the ledger
 //       (it passes the current device to record_free for the wrong-device check).
@@ -62,10 +72,12 @@
 #include <gpuguard/core/allocation_source.hpp>
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 #include <gpuguard/stream.hpp>
 #include <gpuguard/core/tracking_resource.hpp>
 
 #include "bench_stats.hpp"
+#include "ledger/postmortem.hpp"
 #include "ledger/shard_hash.hpp"
 #include "malloc_resource.hpp"
 
@@ -79,6 +91,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -176,6 +189,28 @@ void pairs(benchmark::State& state, gpuguard::memory_resource& resource, std::si
 void BM_host_pair_untracked(benchmark::State& state) { pairs(state, host(), host_bytes); }
 void BM_host_pair_tracked(benchmark::State& state) { pairs(state, tracked_host(), host_bytes); }
 
+// The tracked pair while the process keeps a post-mortem region current, as under `gpuguard run`:
+// a region of the benchmark's own is attached for this benchmark only (detached after, so the
+// other arms run without one). Read beside BM_host_pair/untracked: the difference is what the
+// region adds to the host pair's cost.
+void BM_host_pair_tracked_postmortem(benchmark::State& state) {
+  namespace pm = gpuguard::detail::postmortem;
+  static const int region = [] {
+    std::string error;
+    return pm::create_region(&error);
+  }();
+  if (region < 0) {
+    state.SkipWithError("no post-mortem region (memfd_create failed)");
+    return;
+  }
+  if (state.thread_index() == 0 && !pm::attach(region)) {
+    state.SkipWithError("the post-mortem region could not be attached");
+    return;
+  }
+  pairs(state, tracked_host(), host_bytes);
+  if (state.thread_index() == 0) { pm::detach(); }
+}
+
 // ---- b. host, stacks on ---------------------------------------------------------------------------
 // Calls below the benchmark function before the pairs, so that a capture's 16 frames lie in this
 // file's code (built with frame pointers) and gpuguard's, not in Google Benchmark's library.
@@ -241,6 +276,18 @@ void pairs_at_sites(benchmark::State& state, bool fast) {
 void BM_host_pair_stacks_all_sites_tracked(benchmark::State& state) { pairs_at_sites(state, true); }
 void BM_host_pair_stacks_all_sites_tracked_unwinder(benchmark::State& state) { pairs_at_sites(state, false); }
 
+// ---- b'. gpuguard's caching pool over host memory -------------------------------------------------
+gpuguard::pool_memory_resource& host_pool() {
+  static gpuguard::pool_memory_resource resource(host(), gpuguard::host_device_id);
+  return resource;
+}
+gpuguard::tracking_resource& tracked_host_pool() {
+  static gpuguard::tracking_resource resource(host_pool(), bench_device);
+  return resource;
+}
+void BM_host_pool_pair_untracked(benchmark::State& state) { pairs(state, host_pool(), host_bytes); }
+void BM_host_pool_pair_tracked(benchmark::State& state) { pairs(state, tracked_host_pool(), host_bytes); }
+
 // ---- c. CUDA --------------------------------------------------------------------------------------
 bool gpu_or_skip(benchmark::State& state) {
   if (gpuguard::has_device()) { return true; }
@@ -301,6 +348,21 @@ void BM_cuda_async_pair_untracked(benchmark::State& state) {
 }
 void BM_cuda_async_pair_tracked(benchmark::State& state) {
   if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_async()); }
+}
+
+gpuguard::pool_memory_resource& cuda_pool() {
+  static gpuguard::pool_memory_resource resource(cuda_plain(), gpuguard::current_device());
+  return resource;
+}
+gpuguard::tracking_resource& tracked_cuda_pool() {
+  static gpuguard::tracking_resource resource(cuda_pool(), gpuguard::current_device());
+  return resource;
+}
+void BM_cuda_pool_pair_untracked(benchmark::State& state) {
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, cuda_pool()); }
+}
+void BM_cuda_pool_pair_tracked(benchmark::State& state) {
+  if (gpu_or_skip(state)) { cuda_async_pairs(state, tracked_cuda_pool()); }
 }
 
 // Nanoseconds per pair of one batch of `count` pairs from `resource` on `stream`.
@@ -470,6 +532,8 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark("BM_host_pair/tracked", BM_host_pair_tracked)
         ->Threads(threads)->UseRealTime();
   }
+  benchmark::RegisterBenchmark("BM_host_pair/tracked_postmortem", BM_host_pair_tracked_postmortem)
+      ->Threads(1)->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_all/untracked", BM_host_pair_stacks_all_untracked)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_host_pair_stacks_all/tracked", BM_host_pair_stacks_all_tracked)
@@ -499,6 +563,10 @@ void register_benchmarks() {
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_async_pair/alternating", BM_cuda_async_pair_alternating)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pool_pair/untracked", BM_host_pool_pair_untracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_host_pool_pair/tracked", BM_host_pool_pair_tracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_pool_pair/untracked", BM_cuda_pool_pair_untracked)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_cuda_pool_pair/tracked", BM_cuda_pool_pair_tracked)->UseRealTime();
   benchmark::RegisterBenchmark("BM_cuda_get_device", BM_cuda_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_cu_ctx_get_device", BM_cu_ctx_get_device)->UseRealTime();
   benchmark::RegisterBenchmark("BM_shard_pair/apart", BM_shard_pair_apart)->Threads(2)->UseRealTime();

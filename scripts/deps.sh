@@ -29,9 +29,10 @@ case "$profile" in
         # back to structural checks without them, and say so); torch (the GPU machine's version)
         # builds the LibTorch adapter and runs the real PyTorch DataLoader job of cli.run.torch.
         # PyYAML reads the Kubernetes manifests of deploy/ (cluster.kubernetes); scikit-build-core
-        # and nanobind build the wheel (python.wheel), against Python's headers (python3-dev).
+        # and nanobind build the wheel (python.wheel), against Python's headers (python3-dev);
+        # pytest runs the wheel's pytest plugin in child test runs (python.pytest).
         modules=(jsonschema:jsonschema prometheus_client:prometheus-client yaml:pyyaml
-                 scikit_build_core:scikit-build-core nanobind:nanobind torch:torch==2.11.0) ;;
+                 scikit_build_core:scikit-build-core nanobind:nanobind pytest:pytest torch:torch==2.11.0) ;;
   sanitize) packages=("${base[@]}" libgtest-dev libgmock-dev)
             modules=(jsonschema:jsonschema prometheus_client:prometheus-client) ;;
   lint) packages=(clang-tidy); modules=() ;;

@@ -6,17 +6,20 @@
 #
 # usage: scripts/gpu-runner.sh [SLICE...]      (default: all)
 #   core     guards, tracking, operation scopes, exit paths, the leak report and the demo on the GPU
-#   torch    the LibTorch adapter: its GPU tests, and its CPU tests with every GPU hidden
-#   process  gpuguard run, gpuguard doctor and the interposer (--track) on real GPU processes
+#   torch    the LibTorch adapter and the pytest plugin: their GPU tests, and the CPU tests with every GPU hidden
+#   process  gpuguard run (post-mortems included), gpuguard doctor and the interposer (--track, Python sites) on real GPU processes
 #   bench    the benchmarks (benchmarks.md and .json) and the LibTorch step-time ratios
 #   all      every slice above, after building everything; also checks that every test labelled
 #            gpu belongs to a slice
 # Logs and results go to $OUT (default ./gpu-runner-out); the build to $GPUGUARD_GPU_BUILD
 # (default ./build-gpu, kept between runs, so a second run builds only what changed). The
 # benchmarks take GPUGUARD_BENCH_REPETITIONS repetitions (default 3), the --track comparison
-# GPUGUARD_BENCH_ROUNDS rounds (default 3) and the LibTorch step-time comparison
-# GPUGUARD_TORCH_BENCH_ROUNDS rounds of 1000 steps (default 5), which keep the bench slice short;
-# GPUGUARD_TORCH_BENCH_INSIDE=1 adds torch_bench.py's inside-process judgement of observe (--inside).
+# GPUGUARD_BENCH_ROUNDS rounds (default 7; at least 6, what a 95% interval needs) and the LibTorch
+# step-time comparison GPUGUARD_TORCH_BENCH_ROUNDS rounds of 300 steps (default 7), which keep the
+# bench slice near 7 minutes; GPUGUARD_TRACK_PARTS=1 adds track_overhead.py's --parts --at-once
+# arms, GPUGUARD_TORCH_BENCH_INSIDE=1 torch_bench.py's inside-process judgement of observe
+# (--inside). The slice ends with summary.md and summary.json: every judged target with its
+# interval and verdict, and each baseline's spread against itself.
 # docs/testing.md says which slice to run after which change.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,12 +34,12 @@ usage() { awk 'NR >= 7 && /^#/ { sub(/^# ?/, ""); print; next } NR > 7 { exit }'
 # (multigpu.* run only on a machine with two GPUs; elsewhere they are left out and the summary says so.)
 targets_core="gpuguard_gpu_tests gpuguard_multi_gpu_tests gpuguard_no_gpu_tests gpuguard_leak_child gpuguard_hooks_child gpuguard_demo gpuguard_cli"
 tests_core='^(gpu\.|multigpu\.|no_gpu\.|examples\.demo$)'
-exclude_core='^(gpu\.(torch\.|run$|run_clean$|doctor$|preload$|preload_torch$)|multigpu\.torch\.)'
+exclude_core='^(gpu\.(torch\.|run$|run_clean$|run_postmortem$|doctor$|preload$|preload_torch$|python_sites_torch$)|multigpu\.torch\.)'
 targets_torch="gpuguard_torch_cpu_tests gpuguard_torch_gpu_tests gpuguard_torch_multi_gpu_tests gpuguard_torch_alloc torch_cnn"
 tests_torch='^(gpu\.torch\.|multigpu\.torch\.|torch\.)'
 exclude_torch='^$'
 targets_process="gpuguard_cli gpuguard_preload gpuguard_leaky_program gpuguard_leaky_program_static gpuguard_leaky_kernel gpuguard_leaky_kernel_shared gpuguard_driver_program gpuguard_defer_program"
-tests_process='^gpu\.(run|run_clean|doctor|preload|preload_torch)$'
+tests_process='^gpu\.(run|run_clean|run_postmortem|doctor|preload|preload_torch|python_sites_torch)$'
 exclude_process='^$'
 targets_bench="gpuguard_tracking_bench gpuguard_ops_bench torch_cnn gpuguard_track_bench gpuguard_cli gpuguard_preload"
 test_slices="core torch process"
@@ -158,20 +161,24 @@ for s in "${slices[@]}"; do
       step benchmarks python3 "$root/benchmarks/run_benchmarks.py" --bench "$build/benchmarks/gpuguard_tracking_bench" \
         --bench "$build/benchmarks/gpuguard_ops_bench" --repetitions "${GPUGUARD_BENCH_REPETITIONS:-3}" \
         --append-section "$machine (GPU runner)" --out "$out/benchmarks.md" --json-out "$out/benchmarks.json"
+      parts=()
+      if [ "${GPUGUARD_TRACK_PARTS:-0}" = 1 ]; then parts=(--parts --at-once); fi
       step track_overhead python3 "$root/benchmarks/track_overhead.py" "$build/src/cli/gpuguard" \
-        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-3}" --parts --at-once \
+        "$build/src/preload/libgpuguard_preload.so" "$build/benchmarks/gpuguard_track_bench" --rounds "${GPUGUARD_BENCH_ROUNDS:-7}" "${parts[@]}" \
         --out "$out/benchmarks.md" --append-section "$machine: --track" --json-out "$out/track_overhead.json"
       if [ -x "$build/examples/torch_cnn" ]; then
-        # 5 rounds of 1000 timed steps: one process's step time wanders by several percent, so
-        # fewer rounds cannot tell observe's 1 percent from noise.
+        # Rounds of 300 timed steps: one process's step time differs from the next one's by more
+        # than a longer run of steps narrows, so the rounds, not the steps, buy the interval.
         inside=()
         if [ "${GPUGUARD_TORCH_BENCH_INSIDE:-0}" = 1 ]; then inside=(--inside); fi
         step torch_bench python3 "$root/benchmarks/torch_bench.py" "$build/examples/torch_cnn" \
-          --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-5}" --steps 1010 "${inside[@]}" \
+          --rounds "${GPUGUARD_TORCH_BENCH_ROUNDS:-7}" --steps 310 "${inside[@]}" \
           --out "$out/benchmarks.md" --append-section "$machine: LibTorch adapter" --json-out "$out/torch_bench.json"
       else
         summary+=("torch_bench: NOT built (see logs/configure.log: was torch found?)"); status=1
       fi
+      # The judged targets and the baselines' spread, on the card's name, as Markdown and JSON.
+      step bench_summary python3 "$root/benchmarks/run_benchmarks.py" summary "$out"
       ;;
   esac
   summary+=("slice $s: $((SECONDS - slice_start)) s")
@@ -194,7 +201,7 @@ if [ "$all" -eq 1 ]; then
   fi
 fi
 
-cat "$out/logs/demo.log" "$out/logs/report.log" "$out/benchmarks.md" 2>/dev/null
+cat "$out/logs/demo.log" "$out/logs/report.log" "$out/benchmarks.md" "$out/summary.md" 2>/dev/null
 
 echo
 echo "=== gpu-runner summary ==="

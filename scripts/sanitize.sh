@@ -51,13 +51,15 @@ case "$kind" in
     targets=(gpuguard_cpu_tests gpuguard_core_tests gpuguard_leak_child gpuguard_testing_child gpuguard_ops_child gpuguard_hooks_child
              gpuguard_cli gpuguard_cli_json_tests gpuguard_cli_doctor_tests gpuguard_fake_nvml
              gpuguard_run_fake_preload gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests
-             gpuguard_defer_tests gpuguard_ledger_parts_tests)
+             gpuguard_defer_tests gpuguard_ledger_parts_tests gpuguard_pool_tests gpuguard_postmortem_tests
+             gpuguard_postmortem_child)
     tests='^(cpu|core|cli)\.'
     excluded='_NOT_BUILT|^(core\.preload|core\.layout$|cli\.run\.(track|torch|failures)$)'
     ;;
   tsan)
     targets=(gpuguard_core_tests gpuguard_stacks_tests gpuguard_util_tests gpuguard_util_nvml_tests gpuguard_fake_nvml
-             gpuguard_ops_child gpuguard_hooks_child gpuguard_cli gpuguard_defer_tests gpuguard_ledger_parts_tests)
+             gpuguard_ops_child gpuguard_hooks_child gpuguard_cli gpuguard_defer_tests gpuguard_ledger_parts_tests
+             gpuguard_pool_tests gpuguard_postmortem_tests)
     tests='^core\.'
     excluded='_NOT_BUILT|^(core\.preload|core\.layout$|core\.leak_report$|core\.testing$|core\.write_file\.symlinks$)'
     ;;

@@ -23,7 +23,7 @@ import inspect
 
 from gpuguard import _native, _torch
 
-__all__ = ["op", "figures", "reset_phase_peak", "__version__"]
+__all__ = ["op", "figures", "sites", "reset_phase_peak", "__version__"]
 __version__ = _native.version
 
 reset_phase_peak = _native.reset_phase_peak
@@ -36,6 +36,23 @@ def figures():
     total_bytes, allocations, frees, live_allocations}}; host memory is device -1. Under
     `gpuguard run --track` they are the interposer's: every driver allocation of the process."""
     return {row[0]: dict(zip(_FIGURES, row[1:])) for row in _native.device_counters()}
+
+
+def sites(limit=20):
+    """What is live now, by allocation site, largest first: a list of dicts {site, device, tag,
+    bytes, count, held, frames}. Under `gpuguard run --track` an allocation made while Python
+    ran records the allocating Python lines, so `frames` begins with them, innermost first, each
+    {function, file, line} (docs/python.md, "Sites"). `held` is true for what a cache keeps until
+    exit on purpose (PyTorch's caching allocator, its cuBLAS workspaces: `tag` names it), false
+    for the rest. The frames of the `limit` largest sites of each kind are resolved; the others'
+    are empty. Sites with the same frames, device and tag are one."""
+    if not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"gpuguard.sites(limit={limit!r}): limit must be a non-negative int")
+    keys = ("function", "file", "line")
+    found = [{"site": site, "device": device, "tag": tag, "bytes": size, "count": count, "held": held,
+              "frames": [dict(zip(keys, frame)) for frame in frames]}
+             for site, device, tag, size, count, held, frames in _native._live_sites(limit)]
+    return sorted(found, key=lambda one: one["bytes"], reverse=True)
 
 
 _native._set_torch_readers(_torch.ready, _torch.memory)

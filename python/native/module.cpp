@@ -9,6 +9,9 @@
 // consistent between threads.
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/op_scope.hpp>
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/test_window.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -251,6 +254,49 @@ nb::list device_counters() {
   return out;
 }
 
+// ---- sites (defined at the end of the file) ---------------------------------------------------
+void add_site_functions(nb::module_& m);
+// ---- one test's window, for the pytest plugin (python/gpuguard/pytest_plugin.py) -------------
+// The GoogleTest listener's rules (gpuguard/core/test_window.hpp), on device memory only: the
+// ledger's devices, not its host slot (pinned host memory).
+
+std::vector<gpuguard::allocation_record> on_devices(std::vector<gpuguard::allocation_record> records) {
+  records.erase(std::remove_if(records.begin(), records.end(),
+                               [](const gpuguard::allocation_record& r) { return r.device == gpuguard::host_device_id; }),
+                records.end());
+  return records;
+}
+
+// The end of a test: each device's rise, what the test left live (the leak text names its sites)
+// and, apart, what an exit holder (a framework's cache) took during the test and still holds,
+// with its sites too: the leak text of those allocations as if no holder kept them.
+nb::dict end_test_window(const gpuguard::testing::test_window& window, std::size_t max_sites) {
+  if (max_sites == 0) { max_sites = gpuguard::process_options().leak_sites; }
+  const gpuguard::ledger_snapshot snap = gpuguard::snapshot(true);
+  nb::list devices;
+  for (const gpuguard::testing::device_rise& r : window.rises(snap)) {
+    if (r.device != gpuguard::host_device_id) { devices.append(nb::make_tuple(r.device, r.at_start, r.peak, r.rise())); }
+  }
+  gpuguard::testing::left_live left = window.new_live(snap);
+  const std::vector<gpuguard::allocation_record> leaked = on_devices(std::move(left.leaked));
+  std::vector<gpuguard::allocation_record> held = on_devices(std::move(left.held));
+  nb::dict out;
+  out["devices"] = devices;
+  const gpuguard::leak_report leaks = gpuguard::group_leaks(leaked, max_sites);
+  out["leaked_bytes"] = leaks.bytes;
+  out["leaked_count"] = leaks.count;
+  out["leak_text"] = leaks.count == 0 ? std::string() : gpuguard::testing::leak_text(leaks, max_sites);
+  std::size_t held_bytes = 0;
+  for (gpuguard::allocation_record& record : held) {
+    held_bytes += record.bytes;
+    record.tag = gpuguard::untagged;
+  }
+  out["held_bytes"] = held_bytes;
+  out["held_count"] = held.size();
+  out["held_text"] = held.empty() ? std::string() : gpuguard::testing::leak_text(gpuguard::group_leaks(held, max_sites), max_sites);
+  return out;
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -279,4 +325,51 @@ NB_MODULE(_native, m) {
   m.def("reset_phase_peak", &gpuguard::reset_phase_peak,
         "Starts a new phase: each device's phase_peak_bytes becomes its live_bytes");
   m.def("_set_torch_readers", &set_torch_readers);
+  add_site_functions(m);
+
+  nb::class_<gpuguard::testing::test_window>(m, "_test_window", "One test's start (the pytest plugin's)")
+      .def(nb::init<>())
+      .def("start", &gpuguard::testing::test_window::start,
+           "Notes what is live and starts the phase peak: the test's start")
+      .def("end", &end_test_window, nb::arg("max_sites") = 0,
+           "The test's figures on each device since start(): a dict of devices ((device, live at start, "
+           "peak, rise) tuples), leaked_bytes, leaked_count, leak_text, held_bytes, held_count, held_text");
 }
+
+// ---- sites ---------------------------------------------------------------------------------------
+// What is live now, by allocation site, as the leak report groups it (gpuguard::collect_leaks),
+// for gpuguard.sites(): under `gpuguard run --track` a site begins with the Python frames of the
+// allocating line (docs/python.md, "Sites").
+
+namespace {
+
+nb::list frames_list(const std::vector<gpuguard::frame_info>& frames) {
+  nb::list out;
+  for (const gpuguard::frame_info& frame : frames) { out.append(nb::make_tuple(frame.function, frame.file, frame.line)); }
+  return out;
+}
+
+// (site, device, tag, bytes, count, held, [(function, file, line)]) per site, largest first,
+// the first `max_resolved` of each kind with their frames.
+nb::list live_sites(std::size_t max_resolved) {
+  gpuguard::leak_report report;
+  {
+    const nb::gil_scoped_release unlocked;  // resolving native frames may take a while
+    report = gpuguard::collect_leaks(max_resolved);
+  }
+  nb::list out;
+  for (const bool held : {false, true}) {
+    for (const gpuguard::leak_site& site : held ? report.held : report.sites) {
+      out.append(nb::make_tuple(site.site, site.device, site.tag, site.bytes, site.count, held, frames_list(site.frames)));
+    }
+  }
+  return out;
+}
+
+void add_site_functions(nb::module_& m) {
+  m.def("_live_sites", &live_sites, nb::arg("max_resolved"),
+        "What is live now by site: (site, device, tag, bytes, count, held, [(function, file, line)]) tuples");
+}
+
+}  // namespace
+

@@ -13,6 +13,10 @@
 
 namespace gpuguard {
 
+/// Whether this process's allocations may carry Python frames (the `python_frames` option is on
+/// and a Python interpreter runs here): such a source must record them on the allocating thread.
+GPUGUARD_API bool python_frames_expected() noexcept;
+
 /// gpuguard's small id of the calling thread (1, 2, ...), as records and outputs name threads.
 GPUGUARD_API std::uint32_t ledger_thread_id() noexcept;
 

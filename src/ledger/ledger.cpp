@@ -11,6 +11,8 @@
 #include "ledger/ledger_state.hpp"
 #include "ledger/memory_events.hpp"
 #include "ledger/frame_walk.hpp"
+#include "ledger/postmortem.hpp"
+#include "ledger/python_frames.hpp"
 #include "ledger/stacks.hpp"
 
 #include <algorithm>
@@ -45,11 +47,16 @@ using detail::thread_state;
 // records, so that the hot paths reach it as an offset from the thread pointer.
 __attribute__((tls_model("initial-exec"))) thread_local thread_state this_thread;
 
-site_id capture_site_now() noexcept {
-  // Not zeroed (a rep stos of 512 bytes per capture): only the frames the capture wrote are read.
-  std::array<void*, detail::max_stack_depth> frames;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-  const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
-  const std::size_t count = detail::capture_caller_frames(frames.data(), depth);
+// A site's frames: the calling thread's Python frames first when it runs Python (python_frames.hpp),
+// then, if `native`, its native stack. A site with Python frames begins at the user's Python line.
+site_id capture_site_now(bool native) noexcept {
+  // Not zeroed (a rep stos per capture): only the frames the captures wrote are read.
+  std::array<void*, detail::python_prefix_slots + detail::max_stack_depth> frames;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+  std::size_t count = detail::capture_python_frames(frames.data());
+  if (native) {
+    const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
+    count += detail::capture_caller_frames(frames.data() + count, depth);
+  }
   return detail::intern_site(frames.data(), count);
 }
 
@@ -57,22 +64,25 @@ site_id capture_site_now() noexcept {
 // of its own would cost another TLS lookup on every allocation.
 site_id maybe_capture_site(ledger_state& st, thread_state& mine) noexcept {
   const auto mode = static_cast<stack_mode>(st.stacks.load(std::memory_order_relaxed));
-  if (mode == stack_mode::off) { return no_site; }
+  bool native = mode == stack_mode::all;
   if (mode == stack_mode::sampled) {
     if (mine.sample_countdown != 0) {
       --mine.sample_countdown;
-      return no_site;
+    } else {
+      mine.sample_countdown = st.stack_sample.load(std::memory_order_relaxed) - 1;
+      native = true;
     }
-    mine.sample_countdown = st.stack_sample.load(std::memory_order_relaxed) - 1;
   }
-  return capture_site_now();
+  if (!native && !detail::python_frames_live.load(std::memory_order_relaxed)) { return no_site; }
+  return capture_site_now(native);
 }
 
 // Misuse is rare: its report may capture, resolve and write.
 void report_misuse(const detail::misuse_report& m) noexcept {
   ledger_state& st = ledger();
   const bool stacks = st.stacks.load(std::memory_order_relaxed) != static_cast<int>(stack_mode::off);
-  detail::write_misuse_report(stderr, m, stacks ? capture_site_now() : no_site);
+  const bool python = detail::python_frames_live.load(std::memory_order_relaxed);
+  detail::write_misuse_report(stderr, m, stacks || python ? capture_site_now(stacks) : no_site);
   if (st.abort_on_error.load(std::memory_order_relaxed)) {
     std::fputs("[gpuguard] abort_on_error=1: aborting\n", stderr);
     std::abort();
@@ -148,6 +158,7 @@ bool record_allocation_in(ledger_state& st, live_shard& s, const new_allocation&
     return false;  // only without `stopped`: with every shard held, the room was made above
   }
   if (replaces) {
+    detail::postmortem::note_event(false, *record, unknown_size);
     remove_bytes(st.device_ref(device_slot_of(record->device)), counts, record->bytes);
     remove_bytes(st.tag_ref(record->tag), counts, record->bytes);
     count_free(counts, device_slot_of(record->device), record->tag);
@@ -175,6 +186,7 @@ bool record_allocation_in(ledger_state& st, live_shard& s, const new_allocation&
   // capture, as it was, an allocation's time could precede that change by the capture's time, and
   // a memory sample in between read the bytes from before it at a later time.
   detail::note_mem_event(true, *record, live, a.thread);
+  detail::postmortem::note_event(true, *record, live);
   count_allocation(counts, slot, a.tag, event.bytes);
   thread_memory& memory = mine.memory;
   memory.allocated_bytes += event.bytes;
@@ -198,6 +210,7 @@ __attribute__((noinline)) void record_allocation_stopped(ledger_state& st, live_
 void record_allocation(const allocation_event& event) noexcept {
   if (event.ptr == nullptr) { return; }
   ledger_state& st = ledger();
+  detail::postmortem::prepare();  // outside every lock: the first claims the post-mortem part
   thread_state& mine = this_thread;
   const std::uint32_t thread = detail::thread_id(mine);
   // The coarse clock: the exact one costs the most of anything here right after a driver call,
@@ -210,7 +223,10 @@ void record_allocation(const allocation_event& event) noexcept {
   const site_id site = maybe_capture_site(st, mine);
   const new_allocation a{event, mine.tag, thread, coarse_ns, site, next_sequence(mine),
                          detail::pointer_hash(event.ptr)};
-  if (site != no_site) { st.sites.count(site, event.bytes); }
+  if (site != no_site) {
+    st.sites.count(site, event.bytes);
+    detail::postmortem::note_site(site);
+  }
   thread_counts& counts = counts_of(mine);
   live_shard& s = st.table.shard_for(a.hash);
   {
@@ -234,7 +250,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
   // Where each free happened is kept (for "first freed at" in a double-free report) only with
   // stacks=all: a capture per free would undo what sampling saves.
   const bool capture = st.stacks.load(std::memory_order_relaxed) == static_cast<int>(stack_mode::all);
-  const site_id freed_at = capture ? capture_site_now() : no_site;
+  const site_id freed_at = capture ? capture_site_now(true) : no_site;
   thread_state& mine = this_thread;
   thread_counts& counts = counts_of(mine);  // before the lock: a thread's first may allocate
   int freed_slot = 0;
@@ -271,6 +287,7 @@ free_result record_free_impl(const void* ptr, std::size_t bytes, int current_dev
       look_at_local = live != unknown_size || tag_live != unknown_size;
       count_free(counts, freed_slot, freed_tag);
       detail::note_mem_event(false, *slot, live, detail::thread_id(mine));
+      detail::postmortem::note_event(false, *slot, live);
       thread_memory& memory = mine.memory;
       memory.freed_bytes += slot->bytes;
       ++memory.frees;
@@ -357,6 +374,8 @@ void catch_up() noexcept {
 }
 
 }  // namespace
+
+bool python_frames_expected() noexcept { return detail::python_frames_possible(); }
 
 void set_ledger_catch_up(void (*catch_up)() noexcept) noexcept {
   catch_up_source.store(catch_up, std::memory_order_release);
@@ -453,6 +472,7 @@ void configure_ledger(const options& opts) noexcept {
   st.abort_on_error.store(opts.abort_on_error, std::memory_order_relaxed);
   st.stacks.store(static_cast<int>(opts.stacks), std::memory_order_relaxed);
   detail::set_fast_unwind(opts.fast_unwind);
+  detail::set_python_frames(opts.python_frames);
 }
 
 // ---- tags and the rest of the core ---------------------------------------------------------------
@@ -485,7 +505,7 @@ std::vector<int> detail::active_devices() {
 }
 
 std::vector<frame_info> resolve_site(site_id site) {
-  return detail::resolve_frames(detail::site_frames(site));
+  return detail::resolve_site_frames(detail::site_frames(site));
 }
 
 }  // namespace gpuguard

@@ -1,6 +1,7 @@
 // Misuse reports and counts (misuse.hpp).
 #include "ledger/misuse.hpp"
 
+#include "ledger/python_frames.hpp"
 #include "ledger/stacks.hpp"
 
 #include <cinttypes>
@@ -28,7 +29,7 @@ void print_site(std::FILE* out, const char* label, site_id site) {
   }
   std::fprintf(out, "[gpuguard]   %s:\n", label);
   int n = 0;
-  for (const frame_info& frame : resolve_frames(site_frames(site))) {
+  for (const frame_info& frame : resolve_site_frames(site_frames(site))) {
     std::fprintf(out, "[gpuguard]     #%d 0x%" PRIxPTR " %s", n++, frame.address,
                  frame.function.empty() ? "??" : frame.function.c_str());
     if (!frame.file.empty()) { std::fprintf(out, " at %s:%zu", frame.file.c_str(), frame.line); }

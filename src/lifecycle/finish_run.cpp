@@ -7,6 +7,7 @@
 #include <gpuguard/core/tracking.hpp>
 
 #include "exit/exit_paths.hpp"
+#include "ledger/postmortem.hpp"
 #include "lifecycle/lifecycle.hpp"
 #include "process/child_groups.hpp"
 #include "outputs/outputs_internal.hpp"
@@ -119,6 +120,9 @@ void detail::finish_run(const char* reason, bool normal_exit, int end_signal, in
   // not print it again, nor rewrite leak_json, nor end with leak_exitcode.
   const bool report_leaks = enabled && !detail::in_forked_child();
   const exit_watchdog watchdog(opts.cleanup_timeout, end_signal, exit_status);
+  // The exit path reports for itself: `gpuguard run` writes no post-mortem for this process. Closed
+  // first, so that what the report frees below is not read as a death half-way.
+  detail::postmortem::close_part();
   // Cleanups first: what they free is then not reported as leaked.
   run_cleanups(reason);
   detail::end_child_groups(2000);

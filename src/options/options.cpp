@@ -42,9 +42,21 @@ constexpr enum_spelling<torch_mode> torch_mode_spellings[] = {
     {torch_mode::off, "off"},
 };
 
+constexpr enum_spelling<python_frames_mode> python_frames_mode_spellings[] = {
+    {python_frames_mode::user, "user"},
+    {python_frames_mode::all, "all"},
+    {python_frames_mode::off, "off"},
+};
+
 constexpr const auto& spellings(stack_mode /*tag*/) { return stack_mode_spellings; }
+constexpr const auto& spellings(python_frames_mode /*tag*/) { return python_frames_mode_spellings; }
 constexpr const auto& spellings(device_mode /*tag*/) { return device_mode_spellings; }
 constexpr const auto& spellings(torch_mode /*tag*/) { return torch_mode_spellings; }
+constexpr enum_spelling<torch_upstream_mode> torch_upstream_spellings[] = {
+    {torch_upstream_mode::pool, "pool"},
+    {torch_upstream_mode::async, "async"},
+};
+constexpr const auto& spellings(torch_upstream_mode /*tag*/) { return torch_upstream_spellings; }
 
 template <auto member>
 using member_type = std::remove_reference_t<decltype(std::declval<options&>().*member)>;
@@ -189,6 +201,7 @@ constexpr key_entry keys[] = {
     make_key<integer_key<&options::stack_sample, 1, 1000000>>("stack_sample", "1 in N allocations gets a stack when stacks=sampled"),
     make_key<integer_key<&options::stack_depth, 1, 64>>("stack_depth", "frames kept per stack"),
     make_key<bool_key<&options::fast_unwind>>("fast_unwind", "walk frame pointers where they hold; 0 = always unwind by the tables"),
+    make_key<enum_key<&options::python_frames>>("python_frames", "which Python frames an allocation made while holding the GIL records: user, all or off"),
     make_key<bool_key<&options::abort_on_error>>("abort_on_error", "misuse (double free, ...) aborts the process"),
     make_key<bool_key<&options::leak_report>>("leak_report", "text leak report on stderr at exit"),
     make_key<string_key<&options::leak_json>>("leak_json", "path of a JSON leak report written at exit; empty = none"),
@@ -215,6 +228,7 @@ constexpr key_entry keys[] = {
     make_key<string_key<&options::crash_file>>("crash_file", "path of the crash record written on a fatal signal; empty = stderr only"),
     make_key<integer_key<&options::cleanup_timeout, 0, 86400>>("cleanup_timeout", "seconds the exit work (cleanups, report) may take before the process is ended; 0 = no limit"),
     make_key<enum_key<&options::torch>>("torch", "what gpuguard::torch::enable() does with PyTorch's CUDA allocator"),
+    make_key<enum_key<&options::torch_upstream>>("torch_upstream", "what the swap-in allocator takes memory from: gpuguard's caching pool or cudaMallocAsync"),
 };
 
 template <class E>
@@ -251,5 +265,7 @@ const options& process_options() {
 const char* to_string(stack_mode mode) noexcept { return spelling_of(mode); }
 const char* to_string(device_mode mode) noexcept { return spelling_of(mode); }
 const char* to_string(torch_mode mode) noexcept { return spelling_of(mode); }
+const char* to_string(torch_upstream_mode mode) noexcept { return spelling_of(mode); }
+const char* to_string(python_frames_mode mode) noexcept { return spelling_of(mode); }
 
 }  // namespace gpuguard

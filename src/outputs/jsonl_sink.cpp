@@ -5,6 +5,7 @@
 
 #include "exit/exit_paths.hpp"
 #include "util/format.hpp"
+#include "ledger/postmortem.hpp"
 #include "ledger/stacks.hpp"
 #include "tracking/report_json.hpp"
 #include "util/json_text.hpp"
@@ -40,6 +41,8 @@ class jsonl_sink final : public sink {
     append_string_field(out, "program", program_path());
     append_field(out, "unix_ns", clock_start_unix_ns());
     end();
+    // Where `gpuguard run` ends this log on the process's behalf if it dies unseen (SIGKILL).
+    postmortem::note_log(path, clock_start_unix_ns());
     return true;
   }
 

@@ -527,7 +527,9 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
     last.leaks = leaks;
     last.stacks_on = st.opts.stacks != stack_mode::off;
     last.sites_sampled = st.opts.stacks == stack_mode::sampled;
-    if (last.stacks_on) {
+    // Sites with Python frames exist with stacks off too (python_frames): the line then comes
+    // when there are some.
+    if (last.stacks_on || st.opts.python_frames != python_frames_mode::off) {
       // The top sites, one per resolved location (an unrolled loop's copies are one site).
       std::unordered_map<std::string, std::size_t> by_location;
       for (const detail::site_total& t : detail::top_sites(200)) {
@@ -548,6 +550,7 @@ void stop_locked(output_state& st, const char* reason, const leak_report* leaks)
         return a.totals.bytes > b.totals.bytes;
       });
       if (last.sites.size() > 20) { last.sites.resize(20); }
+      last.stacks_on = last.stacks_on || !last.sites.empty();
     }
     each_sink(st, [&](detail::sink& s) {
       s.finish(last, st.totals);

@@ -11,7 +11,8 @@
 // it frees, a free whose address the driver hands it again) was in the ring before the wrapper it
 // depends on returned, so it is recorded first. Deferring also stops once any thread sets a tag
 // or opens an operation scope (their figures are read as the calls happen), and never starts with
-// stacks on (a stack is the calling thread's), with the timeline on (the JSONL log or the Chrome
+// stacks on (a stack is the calling thread's), in a process that runs Python with python_frames on
+// (so are its Python frames), with the timeline on (the JSONL log or the Chrome
 // trace time each event) or with GPUGUARD_TRACK_DEFER=0.
 //
 // Every reading of the ledger (the leak report, the exit record, the outputs' samples, the exit
@@ -191,9 +192,10 @@ void after_fork_child() noexcept {
 
 void start_deferring(const options& opts) noexcept {
   const char* env = std::getenv("GPUGUARD_TRACK_DEFER");
-  // A stack is the calling thread's; the timeline (JSONL log, Chrome trace) times each event.
-  if (opts.stacks != stack_mode::off || !opts.jsonl_log.empty() || !opts.trace_file.empty() ||
-      (env != nullptr && std::strcmp(env, "0") == 0)) {
+  // A stack is the calling thread's, and so are its Python frames (python_frames; the ledger is
+  // configured by now); the timeline (JSONL log, Chrome trace) times each event.
+  if (opts.stacks != stack_mode::off || python_frames_expected() || !opts.jsonl_log.empty() ||
+      !opts.trace_file.empty() || (env != nullptr && std::strcmp(env, "0") == 0)) {
     return;
   }
   static std::once_flag once;

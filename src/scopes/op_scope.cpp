@@ -9,6 +9,7 @@
 #include "util/kept_for_process.hpp"
 #include "ledger/clock.hpp"
 #include "ledger/ledger_internal.hpp"
+#include "ledger/postmortem.hpp"
 #include "outputs/outputs_internal.hpp"
 
 #include <nvtx3/nvToolsExt.h>
@@ -106,6 +107,7 @@ op_scope::op_scope(std::string_view name) noexcept {
   thread.innermost_scope = this;
   result_.depth = parent_ == nullptr ? 0 : static_cast<std::uint16_t>(parent_->result_.depth + 1);
   result_.thread = detail::thread_id(thread);
+  detail::postmortem::scope_entered(result_.depth, result_.name, result_.thread);
   uncaught_at_start_ = std::uncaught_exceptions();
   if ((flags & detail::scope_device_query) != 0) {
     result_.device_queried = device_used(result_.device, result_.used_before);
@@ -187,6 +189,7 @@ const op_result& op_scope::end() noexcept {
   }
   if (nvtx_) { nvtxRangePop(); }
   if (thread.innermost_scope == this) { thread.innermost_scope = parent_; }
+  detail::postmortem::scope_left(result_.depth);
   detail::submit(result_, thread);
   return result_;
 }

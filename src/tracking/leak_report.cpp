@@ -44,6 +44,7 @@ leak_report collect_leaks(std::size_t max_resolved) {
   leak_report report = group_leaks(snap.live, max_resolved);
   report.misuse = snap.misuse;
   report.devices = std::move(snap.devices);
+  report.pools = pool_holdings();
   return report;
 }
 
@@ -76,7 +77,11 @@ leak_report group_leaks(const std::vector<allocation_record>& live, std::size_t 
     report.sites[i].frames = resolve_site(report.sites[i].site);
   }
   detail::merge_sites_by_location(report.sites);
-  for (leak_site& site : report.held) { site.raw_sites.assign(1, site.site); }
+  // What a holder keeps has sites too: the Python line that made PyTorch's cache grow, say.
+  for (std::size_t i = 0; i < report.held.size() && i < max_resolved; ++i) {
+    report.held[i].frames = resolve_site(report.held[i].site);
+  }
+  detail::merge_sites_by_location(report.held);
   return report;
 }
 
@@ -118,6 +123,38 @@ std::string device_name(int device) {
 }
 }  // namespace
 
+namespace {
+
+void write_frames(std::FILE* out, const std::vector<frame_info>& frames, const char* indent) {
+  int n = 0;
+  for (const frame_info& frame : frames) {
+    std::fprintf(out, "[gpuguard] %s#%d %s", indent, n++, frame.function.empty() ? "??" : frame.function.c_str());
+    if (!frame.file.empty()) { std::fprintf(out, " at %s:%zu", frame.file.c_str(), frame.line); }
+    std::fputc('\n', out);
+  }
+}
+
+// Under a holder's line: the largest of its sites that have frames (the Python line that made a
+// cache grow), `limit` at most.
+void write_held_sites(std::FILE* out, const leak_report& report, const std::string& tag, int device, std::size_t limit) {
+  std::size_t shown = 0;
+  std::size_t more = 0;
+  for (const leak_site& site : report.held) {
+    if (site.tag != tag || site.device != device || site.frames.empty()) { continue; }
+    if (shown == limit) {
+      ++more;
+      continue;
+    }
+    ++shown;
+    std::fprintf(out, "[gpuguard]     %s in %llu allocation%s from:\n", detail::format_bytes(site.bytes).c_str(),
+                 static_cast<unsigned long long>(site.count), site.count == 1 ? "" : "s");
+    write_frames(out, site.frames, "      ");
+  }
+  if (more != 0) { std::fprintf(out, "[gpuguard]     ... %zu more site(s) of it not shown\n", more); }
+}
+
+}  // namespace
+
 // The sites of a report, largest first, each with its frames.
 void detail::write_leak_sites(std::FILE* out, const leak_report& report, std::size_t max_sites) {
   std::size_t shown = 0;
@@ -136,12 +173,7 @@ void detail::write_leak_sites(std::FILE* out, const leak_report& report, std::si
     if (site.site == no_site) {
       std::fprintf(out, "[gpuguard]     (no stack: run with GPUGUARD_OPTIONS=stacks=all to see where)\n");
     }
-    int n = 0;
-    for (const frame_info& frame : site.frames) {
-      std::fprintf(out, "[gpuguard]     #%d %s", n++, frame.function.empty() ? "??" : frame.function.c_str());
-      if (!frame.file.empty()) { std::fprintf(out, " at %s:%zu", frame.file.c_str(), frame.line); }
-      std::fputc('\n', out);
-    }
+    write_frames(out, site.frames, "    ");
   }
 }
 
@@ -160,6 +192,15 @@ void write_leak_text(std::FILE* out, const leak_report& report, std::size_t max_
                  who.first.c_str(), detail::format_bytes(amount.first).c_str(),
                  static_cast<unsigned long long>(amount.second), amount.second == 1 ? "" : "s",
                  device_name(who.second).c_str());
+    write_held_sites(out, report, who.first, who.second, std::min<std::size_t>(max_sites, 3));
+  }
+  for (const pool_holding& pool : report.pools) {
+    const pool_statistics& p = pool.statistics;
+    std::fprintf(out, "[gpuguard] held at exit by %s: %s reserved in %llu segment%s on %s, %s of it cached and free "
+                 "(the pool's cache, kept until the process ends: not a leak)\n",
+                 pool.name.c_str(), detail::format_bytes(p.reserved_bytes).c_str(),
+                 static_cast<unsigned long long>(p.segments), p.segments == 1 ? "" : "s", device_name(pool.device).c_str(),
+                 detail::format_bytes(p.cached_bytes()).c_str());
   }
   if (report.count == 0) {
     std::string peaks;

@@ -1,5 +1,7 @@
 // One typed suite over every memory_resource, in the manner of RMM's resource tests: the plain,
-// stream-ordered, pinned, managed and host resources, and the tracking resource over each. What
+// stream-ordered, pinned, managed and host resources, the tracking resource over each, and the
+// caching pool over cudaMalloc, cudaMallocAsync and host memory (and tracked over the first and
+// the last). What
 // every resource promises (memory_resource.hpp): size 0 gives nullptr, nullptr frees nothing,
 // memory is aligned like cudaMalloc's and usable where its kind says, is_equal is by type, and
 // the tracking resource's ledger figures move by exactly what was asked. Host resources run
@@ -9,6 +11,7 @@
 
 #include <gpuguard/gpuguard.hpp>
 #include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 #include <gpuguard/core/tracking_resource.hpp>
 
 #include <gtest/gtest.h>
@@ -29,6 +32,7 @@ struct plain_case {
   static constexpr bool needs_gpu = Gpu;
   static constexpr memory_kind kind = Kind;
   static constexpr bool tracked = false;
+  static constexpr bool pooled = false;
   struct holder {
     Resource resource;
     gpuguard::memory_resource& get() { return resource; }
@@ -40,12 +44,31 @@ struct tracked_case {
   static constexpr bool needs_gpu = Gpu;
   static constexpr memory_kind kind = Kind;
   static constexpr bool tracked = true;
+  static constexpr bool pooled = false;
   struct holder {
     Upstream upstream;
     gpuguard::tracking_resource resource{
         upstream, Kind == memory_kind::device || Kind == memory_kind::managed ? gpuguard::current_device()
                                                                                : gpuguard::host_device_id};
     gpuguard::memory_resource& get() { return resource; }
+  };
+};
+
+// The caching pool over `Upstream`, tracked or not.
+template <class Upstream, bool Gpu, memory_kind Kind, bool Tracked>
+struct pool_case {
+  static constexpr bool needs_gpu = Gpu;
+  static constexpr memory_kind kind = Kind;
+  static constexpr bool tracked = Tracked;
+  static constexpr bool pooled = true;
+  static int device() { return Kind == memory_kind::device ? gpuguard::current_device() : gpuguard::host_device_id; }
+  struct holder {
+    Upstream upstream;
+    gpuguard::pool_memory_resource pool{upstream, device()};
+    gpuguard::tracking_resource tracked_pool{pool, device()};
+    gpuguard::memory_resource& get() {
+      return Tracked ? static_cast<gpuguard::memory_resource&>(tracked_pool) : static_cast<gpuguard::memory_resource&>(pool);
+    }
   };
 };
 
@@ -63,6 +86,11 @@ struct tracked_cuda_async : tracked_case<gpuguard::cuda_async_memory_resource, t
 struct tracked_pinned : tracked_case<gpuguard::pinned_memory_resource, true, memory_kind::pinned_host> {};
 struct tracked_managed : tracked_case<gpuguard::managed_memory_resource, true, memory_kind::managed> {};
 struct tracked_host : tracked_case<gpuguard::host_memory_resource, false, memory_kind::host> {};
+struct pool_cuda : pool_case<gpuguard::cuda_memory_resource, true, memory_kind::device, false> {};
+struct pool_cuda_async : pool_case<gpuguard::cuda_async_memory_resource, true, memory_kind::device, false> {};
+struct pool_host : pool_case<gpuguard::host_memory_resource, false, memory_kind::host, false> {};
+struct tracked_pool_cuda : pool_case<gpuguard::cuda_memory_resource, true, memory_kind::device, true> {};
+struct tracked_pool_host : pool_case<gpuguard::host_memory_resource, false, memory_kind::host, true> {};
 }  // namespace resource_case
 
 namespace {
@@ -97,7 +125,9 @@ class memory_resource_suite : public gpuguard_test::gpu_test {
 using every_resource =
     testing::Types<resource_case::cuda, resource_case::cuda_async, resource_case::pinned, resource_case::managed,
                    resource_case::host, resource_case::tracked_cuda, resource_case::tracked_cuda_async,
-                   resource_case::tracked_pinned, resource_case::tracked_managed, resource_case::tracked_host>;
+                   resource_case::tracked_pinned, resource_case::tracked_managed, resource_case::tracked_host,
+                   resource_case::pool_cuda, resource_case::pool_cuda_async, resource_case::pool_host,
+                   resource_case::tracked_pool_cuda, resource_case::tracked_pool_host>;
 TYPED_TEST_SUITE(memory_resource_suite, every_resource);
 
 TYPED_TEST(memory_resource_suite, size_zero_is_nullptr_and_freeing_nullptr_does_nothing) {
@@ -120,7 +150,10 @@ TYPED_TEST(memory_resource_suite, reports_its_kind_and_equals_itself_and_its_own
   gpuguard::memory_resource& different = TypeParam::kind == memory_kind::host ? static_cast<gpuguard::memory_resource&>(other_cuda)
                                                                               : static_cast<gpuguard::memory_resource&>(other_host);
   EXPECT_FALSE(r.is_equal(different));
-  if (!TypeParam::tracked) {
+  if (TypeParam::pooled) {
+    typename TypeParam::holder twin;
+    EXPECT_FALSE(r.is_equal(twin.get())) << "a pool frees only what it handed out";
+  } else if (!TypeParam::tracked) {
     typename TypeParam::holder twin;
     if (TypeParam::kind == memory_kind::host) {
       EXPECT_FALSE(r.is_equal(twin.get())) << "a host resource counts its own bytes against its own capacity";

@@ -20,6 +20,7 @@ namespace {
 using gpuguard::device_mode;
 using gpuguard::options;
 using gpuguard::parse_options;
+using gpuguard::python_frames_mode;
 using gpuguard::stack_mode;
 
 using errors = std::vector<std::string>;
@@ -83,6 +84,7 @@ TEST(options, defaults) {
   EXPECT_EQ(o.stack_sample, 64U);
   EXPECT_EQ(o.stack_depth, 16U);
   EXPECT_TRUE(o.fast_unwind);
+  EXPECT_EQ(o.python_frames, python_frames_mode::user);
   EXPECT_FALSE(o.abort_on_error);
   EXPECT_TRUE(o.leak_report);
   EXPECT_EQ(o.leak_json, "");
@@ -210,6 +212,18 @@ TEST(options, stacks) {
   EXPECT_EQ(one_error("stacks=1"), bad_value("1", "stacks", expected));
 }
 
+TEST(options, python_frames) {
+  EXPECT_EQ(parse_ok("python_frames=off").python_frames, python_frames_mode::off);
+  EXPECT_EQ(parse_ok("python_frames=all").python_frames, python_frames_mode::all);
+  EXPECT_EQ(parse_ok("python_frames=user", [] { options b; b.python_frames = python_frames_mode::off; return b; }())
+                .python_frames,
+            python_frames_mode::user);
+  const std::string expected = "one of user, all, off";
+  EXPECT_EQ(one_error("python_frames=0"), bad_value("0", "python_frames", expected));
+  EXPECT_EQ(one_error("python_frames=USER"), bad_value("USER", "python_frames", expected));
+  EXPECT_STREQ(gpuguard::to_string(python_frames_mode::all), "all");
+}
+
 TEST(options, stack_sample) {
   EXPECT_EQ(parse_ok("stack_sample=1").stack_sample, 1U);
   EXPECT_EQ(parse_ok("stack_sample=1000").stack_sample, 1000U);
@@ -300,6 +314,16 @@ TEST(options, device) {
   EXPECT_EQ(one_error("device=automatic"), bad_value("automatic", "device", expected));
   EXPECT_EQ(one_error("device=gpu"), bad_value("gpu", "device", expected));
   EXPECT_EQ(one_error("device="), bad_value("", "device", expected));
+}
+
+TEST(options, torch_upstream) {
+  EXPECT_EQ(options{}.torch_upstream, gpuguard::torch_upstream_mode::pool) << "the caching pool by default";
+  EXPECT_EQ(parse_ok("torch_upstream=async").torch_upstream, gpuguard::torch_upstream_mode::async);
+  EXPECT_EQ(parse_ok("torch_upstream=pool", [] { options b; b.torch_upstream = gpuguard::torch_upstream_mode::async; return b; }())
+                .torch_upstream,
+            gpuguard::torch_upstream_mode::pool);
+  EXPECT_EQ(one_error("torch_upstream=cuda"), bad_value("cuda", "torch_upstream", "one of pool, async"));
+  EXPECT_STREQ(gpuguard::to_string(gpuguard::torch_upstream_mode::async), "async");
 }
 
 TEST(options, host_capacity) {

@@ -174,4 +174,23 @@ check("no leaks: all 2 tracked allocations were freed" in tracked.stderr,
 check(len(got["cores_mapped"]) == 1 and got["cores_mapped"][0] == os.path.realpath(os.path.join(venv, "lib", "libgpuguard.so.0")),
       "one core library in the process, the venv's: the interposer's and the module's", got["cores_mapped"])
 
+# ---- gpuguard.sites() under --track: the Python line of each live allocation ---------------------
+SITES_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites_job.py")
+sited = run(["gpuguard", "run", "--track", "--", python, SITES_JOB, FAKE_CUDART, "--api"],
+            env=dict(tracked_env, GPUGUARD_OPTIONS="text_log=off"))
+listed = [line for line in sited.stdout.splitlines() if line.startswith("[")]
+live = {s["bytes"]: s for s in json.loads(listed[-1])} if listed else {}
+with open(SITES_JOB) as f:
+    job_lines = f.read().splitlines()
+gil_line = next(n for n, line in enumerate(job_lines, 1) if "# site: gil" in line)
+released_line = next(n for n, line in enumerate(job_lines, 1) if "# site: nogil" in line)
+released = live.get(5 * MIB, {}).get("frames", [None])
+check(sited.returncode == 0 and live.get(3 * MIB, {}).get("frames", [None])[0]
+      == {"function": "make_leak", "file": SITES_JOB, "line": gil_line}
+      and (released[:1] == [{"function": "make_released", "file": SITES_JOB, "line": released_line}]
+           if sys.version_info[:2] in {(3, 11), (3, 12)} else released == []),
+      "gpuguard.sites() of the installed package: the Python line of the allocation made with the GIL held, "
+      "and of the one made without it where gpuguard reads frames without the GIL (3.11, 3.12)",
+      sited.stdout[-2000:] + sited.stderr[-2000:])
+
 finish("python.wheel", f"({os.path.basename(wheels[0])})")

@@ -66,6 +66,23 @@ TEST(listener, device_budget_overrides_every_device_budget) {
   const gpuguard::device_buffer a(4 * mib);
 }
 
+// A double free through the tracking resource: reported and not passed on, and the test fails.
+// (Without tracking nothing would stop the second free, so there is none.)
+void free_twice() {
+  if (!gpuguard::tracking_enabled()) { return; }
+  gpuguard::memory_resource* resource = gpuguard::get_current_resource(gpuguard::host_device_id);
+  void* p = resource->allocate(1 * mib);
+  resource->deallocate(p, 1 * mib);
+  resource->deallocate(p, 1 * mib);
+}
+
+TEST(listener, double_free_fails) { free_twice(); }
+
+TEST(listener, allowed_misuse_passes) {
+  gpuguard::testing::allow_misuse();
+  free_twice();
+}
+
 // Memory the suite holds across its tests (made in SetUpTestSuite, freed in TearDownTestSuite)
 // was live at each test's start, and the fixture's own member is freed before the test ends:
 // neither is a leak. A test that frees the suite's memory and makes it again does leak.

@@ -23,9 +23,9 @@ OPTIONS = "device=host:leak_report=0"  # stacks=all is the default: no option na
 PASSING = ["listener.clean_test_passes", "listener.allowed_leak_passes",
            "listener.within_peak_budget_passes", "listener.device_budget_overrides_every_device_budget",
            "suite_with_memory.first_test_passes", "suite_with_memory.second_test_passes",
-           "suite_with_memory.budget_counts_from_the_test_start"]
+           "suite_with_memory.budget_counts_from_the_test_start", "listener.allowed_misuse_passes"]
 FAILING = ["listener.leaking_test_fails_naming_the_site", "listener.over_peak_budget_fails",
-           "suite_with_memory.remade_suite_memory_is_a_leak"]
+           "suite_with_memory.remade_suite_memory_is_a_leak", "listener.double_free_fails"]
 
 
 def run(gtest_filter=None, options=OPTIONS, extra=()):
@@ -80,6 +80,14 @@ check("LEAK" not in budget.stdout, "the over-budget test leaked nothing", budget
 remade = run("suite_with_memory.remade_suite_memory_is_a_leak")
 check("LEAK: 8.0 MiB in 1 allocation still live, from 1 site" in remade.stdout,
       "memory remade in place of the suite's is a leak", remade.stdout)
+
+# A double free: the failure counts it and says how to allow it; nothing leaked.
+misused = run("listener.double_free_fails")
+check("testing_child.cpp:%d: Failure" % test_line("listener.double_free_fails") in misused.stdout
+      and "gpuguard: the test misused tracked memory: 1 double free(s), 0 free(s) of a pointer" in misused.stdout
+      and "allow_misuse() allows it" in misused.stdout,
+      "the double free fails the test at its line", misused.stdout)
+check("LEAK" not in misused.stdout, "the double-freeing test leaked nothing", misused.stdout)
 
 # The whole program: exactly the failing tests fail; memory earlier tests kept is not counted
 # again, and the budget counts from what they left live (4 MiB).

@@ -1,5 +1,6 @@
-// Swap-in mode: gpuguard's tracking allocator, over the stream-ordered resource (cudaMallocAsync),
-// becomes PyTorch's CUDA allocator. PyTorch's pluggable allocator does the bookkeeping PyTorch
+// Swap-in mode: gpuguard's tracking allocator becomes PyTorch's CUDA allocator, over gpuguard's
+// caching pool (one per device, over cudaMalloc: the default) or over the stream-ordered resource
+// (cudaMallocAsync; GPUGUARD_OPTIONS=torch_upstream=async). PyTorch's pluggable allocator does the bookkeeping PyTorch
 // needs (sizes, devices and streams of live blocks); gpuguard adds what it lacks: recordStream,
 // empty_cache, and memory statistics answered from the ledger.
 #include <gpuguard/torch.hpp>
@@ -8,6 +9,8 @@
 #include <gpuguard/detail/teardown.hpp>
 #include <gpuguard/error.hpp>
 #include <gpuguard/core/ledger.hpp>
+#include <gpuguard/core/options.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 #include <gpuguard/core/tracking.hpp>
 #include <gpuguard/core/tracking_resource.hpp>
 
@@ -39,6 +42,16 @@ cuda_async_memory_resource& stream_ordered() {
   return upstream;
 }
 
+// What the swap-in takes memory from, read once: the options are read once per process.
+bool pooled() noexcept {
+  static const bool pool = process_options().torch_upstream == torch_upstream_mode::pool;
+  return pool;
+}
+
+// gpuguard's caching pool of `device` (0..max_pool_devices-1), made at its first allocation and
+// never destroyed: PyTorch frees tensors during exit, after static objects are gone.
+pool_memory_resource* device_pool(int device);
+
 // The stream-ordered pool keeps what is freed into it until empty_cache. With the pool's default
 // release threshold (0) the driver gives all of the pool's free memory back at every
 // synchronisation, so each training step mapped its memory again: most of what swap-in cost over
@@ -60,9 +73,45 @@ void keep_freed_memory_in_pool(int device) noexcept {
   done.store(true, std::memory_order_release);
 }
 
-// What the device's stream-ordered pool holds from the driver (live and free blocks), and the
-// most it held; false if the pool cannot be asked.
+pool_memory_resource* device_pool(int device) {
+  static std::array<std::atomic<pool_memory_resource*>, max_pool_devices> pools{};
+  static std::mutex making;
+  if (device < 0 || device >= max_pool_devices) { return nullptr; }
+  std::atomic<pool_memory_resource*>& slot = pools[static_cast<std::size_t>(device)];
+  if (pool_memory_resource* made = slot.load(std::memory_order_acquire)) { return made; }
+  const std::lock_guard<std::mutex> lock(making);
+  if (pool_memory_resource* made = slot.load(std::memory_order_acquire)) { return made; }
+  static auto* segments = new cuda_memory_resource();  // NOLINT(cppcoreguidelines-owning-memory): outlives the pools
+  pool_options options;
+  options.name = "gpuguard's swap-in pool";
+  auto* made = new pool_memory_resource(*segments, device, options);  // NOLINT(cppcoreguidelines-owning-memory): never destroyed
+  slot.store(made, std::memory_order_release);
+  return made;
+}
+
+// The resource swap-in allocations of `device` come from.
+memory_resource& upstream_of(int device) {
+  if (pooled()) {
+    if (pool_memory_resource* pool = device_pool(device)) { return *pool; }
+  }
+  return stream_ordered();
+}
+
+// What the device's pool holds from the driver (live and free blocks), and the most it held;
+// false if the pool cannot be asked.
 bool pool_reserved(int device, std::uint64_t& current, std::uint64_t& high) noexcept {
+  if (pooled()) {
+    pool_memory_resource* own = nullptr;
+    try {
+      own = device_pool(device);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no pool, no figure
+    }
+    if (own == nullptr) { return false; }
+    const pool_statistics figures = own->statistics();
+    current = figures.reserved_bytes;
+    high = figures.peak_reserved_bytes;
+    return true;
+  }
   cudaMemPool_t pool = nullptr;
   std::uint64_t now = 0;  // the attributes are cuuint64_t
   std::uint64_t most = 0;
@@ -159,6 +208,10 @@ class gpuguard_allocator final : public pluggable::CUDAPluggableAllocator {
   // the pool's high-water mark of this device.
   void resetPeakStats(::c10::DeviceIndex device) override {
     reset_phase_peak();
+    if (pooled()) {
+      if (pool_memory_resource* own = device_pool(device)) { own->reset_peaks(); }
+      return;
+    }
     cudaMemPool_t pool = nullptr;
     std::uint64_t zero = 0;  // resets the mark to the pool's current reservation
     if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
@@ -188,6 +241,15 @@ class gpuguard_allocator final : public pluggable::CUDAPluggableAllocator {
       return;
     }
     for (int device = 0; device < count; ++device) {
+      if (pooled()) {
+        pool_memory_resource* own = nullptr;
+        try {
+          own = device_pool(device);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): no pool, nothing to give back
+        }
+        if (own != nullptr) { static_cast<void>(own->empty()); }  // it synchronizes its device first
+        continue;
+      }
       const gpuguard::detail::teardown_device_guard on(device, "empty_cache (enter the device)");
       if (!on.entered()) { continue; }
       cudaMemPool_t pool = nullptr;
@@ -222,8 +284,8 @@ void* swap_allocate(std::size_t bytes, int device, cudaStream_t stream) {
   if (bytes == 0) { return nullptr; }
   const gpuguard::detail::teardown_device_guard on(device, "swap-in allocation (enter the device)");
   TORCH_CHECK(on.entered(), "gpuguard's swap-in allocator could not make device ", device, " current");
-  keep_freed_memory_in_pool(device);
-  tracking_resource tracked(stream_ordered(), device);
+  if (!pooled()) { keep_freed_memory_in_pool(device); }
+  tracking_resource tracked(upstream_of(device), device);
   try {
     void* ptr = tracked.allocate(bytes, stream_view{stream});
     after_first_allocation();
@@ -261,7 +323,7 @@ void swap_deallocate(void* ptr, std::size_t bytes, int device, cudaStream_t stre
   for (cudaStream_t other : others) {
     if (other != stream) { order_after(stream, other); }
   }
-  tracking_resource tracked(stream_ordered(), device);
+  tracking_resource tracked(upstream_of(device), device);  // the pool exists: it made the block
   tracked.deallocate(ptr, bytes, stream_view{stream});
 }
 

@@ -22,7 +22,8 @@
 
 namespace gpuguard {
 
-/// An allocation site: an interned stack. 0 means "no stack" (stacks off, or not sampled).
+/// An allocation site: an interned stack (Python frames, native frames or both). 0 means "no
+/// stack" (stacks off or not sampled, and no Python frames).
 using site_id = std::uint32_t;
 inline constexpr site_id no_site = 0;
 
@@ -134,7 +135,9 @@ GPUGUARD_API void set_current_tag(tag_id tag) noexcept;
 GPUGUARD_API std::size_t skip_frames_in_modules(std::string_view name_part) noexcept;
 
 /// The frames of a site, resolved to function, file and line (slow: for reports only). Frames
-/// inside gpuguard itself are dropped from the front.
+/// inside gpuguard itself are dropped from the front. A site of an allocation made while Python
+/// ran (the `python_frames` option) begins with its Python frames, innermost first, each with
+/// address 0; its native frames, when stacks were captured, follow them.
 GPUGUARD_API std::vector<frame_info> resolve_site(site_id site);
 
 /// Tags allocations made by this thread until the end of the scope; restores the previous tag.

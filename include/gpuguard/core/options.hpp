@@ -22,6 +22,13 @@ enum class stack_mode {
   all,      ///< every allocation (the default)
 };
 
+/// Which Python frames an allocation records (docs/python.md, "Sites").
+enum class python_frames_mode {
+  off,   ///< none
+  user,  ///< the innermost frames outside gpuguard's and PyTorch's packages
+  all,   ///< the innermost frames outside gpuguard's package
+};
+
 /// Which memory the tracking resources sit on.
 enum class device_mode {
   automatic,  ///< `cuda` when a GPU is usable, `host` when not (and it says so)
@@ -37,6 +44,12 @@ enum class torch_mode {
   off,      ///< nothing
 };
 
+/// What the LibTorch swap-in allocator takes its memory from.
+enum class torch_upstream_mode {
+  pool,   ///< gpuguard's caching pool (pool_memory_resource) over cudaMalloc, one per device
+  async,  ///< cudaMallocAsync on the device's default stream-ordered pool
+};
+
 /// The largest `queue_capacity`: each slot of the output queue takes 256 bytes, all allocated and
 /// touched when the outputs start (this many: 256 MiB). A larger value set in the struct is taken
 /// as this one.
@@ -48,6 +61,7 @@ struct options {
   std::uint32_t stack_sample = 64;       ///< key `stack_sample`: 1 in N allocations when sampled (1..1000000)
   std::uint32_t stack_depth = 16;        ///< key `stack_depth`: frames kept per stack (1..64)
   bool fast_unwind = true;               ///< key `fast_unwind`: walk frame pointers where they hold (0 = always the unwind tables)
+  python_frames_mode python_frames = python_frames_mode::user;  ///< key `python_frames`: user | all | off
   bool abort_on_error = false;           ///< key `abort_on_error`: misuse (double free, ...) aborts
   bool leak_report = true;               ///< key `leak_report`: text leak report on stderr at exit
   std::string leak_json;                 ///< key `leak_json`: path of a JSON leak report at exit ("" = none)
@@ -80,6 +94,7 @@ struct options {
 
   // LibTorch adapter (docs/torch.md).
   torch_mode torch = torch_mode::observe;  ///< key `torch`: observe | swap_in | off, for gpuguard::torch::enable()
+  torch_upstream_mode torch_upstream = torch_upstream_mode::pool;  ///< key `torch_upstream`: pool | async, the swap-in's memory
 };
 
 /// What `parse_options` made of a string: the options, and one message per rejected item.
@@ -108,5 +123,7 @@ GPUGUARD_API const options& process_options();
 GPUGUARD_API const char* to_string(stack_mode mode) noexcept;
 GPUGUARD_API const char* to_string(device_mode mode) noexcept;
 GPUGUARD_API const char* to_string(torch_mode mode) noexcept;
+GPUGUARD_API const char* to_string(torch_upstream_mode mode) noexcept;
+GPUGUARD_API const char* to_string(python_frames_mode mode) noexcept;
 
 }  // namespace gpuguard

@@ -5,19 +5,18 @@
  *        budget. Header-only over the compiled core: link gpuguard::gpuguard and GTest::gtest.
  *        docs/testing-cpp.md says what counts and what it costs.
  *
- * What a test leaked: the ledger's live allocations at the test's end that were not live at its
- * start, told apart by their sequence numbers (unique per allocation, ledger.hpp), so memory
- * that an Environment, a SetUpTestSuite or an earlier test made and still holds never counts,
- * and what a fixture's SetUp makes and its TearDown or destructor frees is freed before the end.
- * Allocations under an exit holder's tag (a framework's cache, declare_exit_holder) never count.
- *
- * A test's peak on a device: the most that device's live bytes rose above what was live there
- * when the test started (the ledger's phase peak, which the listener starts at each test).
+ * What a test leaked and its peak are test_window's (test_window.hpp): the allocations live at
+ * the test's end that were not live at its start, so memory that an Environment, a
+ * SetUpTestSuite or an earlier test made and still holds never counts, and what a fixture's SetUp
+ * makes and its TearDown or destructor frees is freed before the end; allocations under an exit
+ * holder's tag (a framework's cache, declare_exit_holder) never count. A test's peak on a device:
+ * the most that device's live bytes rose above what was live there when the test started.
  */
 #pragma once
 
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/test_window.hpp>
 #include <gpuguard/core/tracking.hpp>
 
 #include <gtest/gtest.h>
@@ -25,9 +24,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +35,9 @@ namespace gpuguard::testing {
 struct listener_options {
   /// Fail a test that leaves memory live (false: only budgets are checked, for every test).
   bool fail_on_leaks = true;
+  /// Fail a test during which the ledger saw a free it could not match: a double free, an unknown
+  /// pointer, a wrong size or device (misuse(); each is also on stderr with its pointer).
+  bool fail_on_misuse = true;
   /// Fail every test while gpuguard::tracking_enabled() is false. Set it to false where another
   /// source feeds the ledger (the LibTorch adapter, the preload interposer) and enable_tracking
   /// is not called: the listener then checks whatever the ledger holds.
@@ -58,9 +57,10 @@ struct test_state {
   bool listener_installed = false;
   bool in_test = false;
   bool allow_leaks = false;
-  std::vector<std::pair<int, std::size_t>> budgets;            ///< device (or every_device), bytes
-  std::vector<std::pair<std::uint64_t, const void*>> live_at_start;  ///< (sequence, ptr), sorted
-  std::vector<std::pair<int, std::size_t>> current_at_start;   ///< device, live bytes
+  bool allow_misuse = false;
+  misuse_counts misuse_at_start;
+  std::vector<std::pair<int, std::size_t>> budgets;  ///< device (or every_device), bytes
+  test_window window;                                 ///< the running test's start
 };
 
 inline test_state& state() {
@@ -70,19 +70,6 @@ inline test_state& state() {
 
 inline std::string device_name(int device) {
   return device == host_device_id ? std::string("host") : "device " + std::to_string(device);
-}
-
-/// The library's leak text (the exit report's headline and sites) as a string.
-inline std::string leak_text(const leak_report& report, std::size_t max_sites) {
-  char* buffer = nullptr;
-  std::size_t size = 0;
-  std::FILE* out = ::open_memstream(&buffer, &size);
-  if (out == nullptr) { return "(gpuguard: could not format the leak report: open_memstream failed)\n"; }
-  write_leak_text(out, report, max_sites);
-  std::fclose(out);
-  std::string text(buffer, size);
-  std::free(buffer);  // open_memstream allocates it with malloc
-  return text;
 }
 
 /// Declarations made outside a test fail where they were made: nothing would check them.
@@ -126,6 +113,12 @@ inline void allow_leaks() {
   if (detail::declare_in_test("gpuguard::testing::allow_leaks")) { detail::state().allow_leaks = true; }
 }
 
+/// The running test may misuse tracked memory on purpose (a test of the misuse reports): its
+/// double frees and unmatched frees do not fail it.
+inline void allow_misuse() {
+  if (detail::declare_in_test("gpuguard::testing::allow_misuse")) { detail::state().allow_misuse = true; }
+}
+
 /**
  * The listener: at each test's start it notes what is live and starts the phase peak; at its end
  * it adds a failure to the test (at the TEST's file and line) for each device over its budget and
@@ -139,15 +132,10 @@ class leak_listener : public ::testing::EmptyTestEventListener {
     detail::test_state& s = detail::state();
     s.in_test = true;
     s.allow_leaks = false;
+    s.allow_misuse = false;
+    s.misuse_at_start = misuse();
     s.budgets.clear();
-    s.live_at_start.clear();
-    s.current_at_start.clear();
-    reset_phase_peak();
-    const ledger_snapshot snap = snapshot(true);
-    s.live_at_start.reserve(snap.live.size());
-    for (const allocation_record& record : snap.live) { s.live_at_start.emplace_back(record.sequence, record.ptr); }
-    std::sort(s.live_at_start.begin(), s.live_at_start.end());
-    for (const auto& [device, c] : snap.devices) { s.current_at_start.emplace_back(device, c.current_bytes); }
+    s.window.start();
   }
 
   void OnTestEnd(const ::testing::TestInfo& info) override {
@@ -164,6 +152,7 @@ class leak_listener : public ::testing::EmptyTestEventListener {
     const ledger_snapshot snap = snapshot(true);
     check_budgets(info, snap, s);
     if (opts_.fail_on_leaks && !s.allow_leaks) { check_leaks(info, snap, s); }
+    if (opts_.fail_on_misuse && !s.allow_misuse) { check_misuse(info, s); }
   }
 
  private:
@@ -179,41 +168,40 @@ class leak_listener : public ::testing::EmptyTestEventListener {
 
   static void check_budgets(const ::testing::TestInfo& info, const ledger_snapshot& snap,
                             const detail::test_state& s) {
-    for (const auto& [device, c] : snap.devices) {
-      const std::optional<std::size_t> budget = budget_for(s, device);
-      if (!budget) { continue; }
-      std::size_t at_start = 0;
-      for (const auto& [d, bytes] : s.current_at_start) {
-        if (d == device) { at_start = bytes; }
-      }
-      const std::size_t rise = c.phase_peak_bytes > at_start ? c.phase_peak_bytes - at_start : 0;
-      if (rise <= *budget) { continue; }
+    for (const device_rise& r : s.window.rises(snap)) {
+      const std::optional<std::size_t> budget = budget_for(s, r.device);
+      if (!budget || r.rise() <= *budget) { continue; }
       ADD_FAILURE_AT(info.file(), info.line())
-          << "gpuguard: peak over budget on " << detail::device_name(device) << ": live bytes rose "
-          << rise << " bytes above the " << at_start << " live at the test's start (peak "
-          << c.phase_peak_bytes << " bytes), over the budget of " << *budget
+          << "gpuguard: peak over budget on " << detail::device_name(r.device) << ": live bytes rose "
+          << r.rise() << " bytes above the " << r.at_start << " live at the test's start (peak "
+          << r.peak << " bytes), over the budget of " << *budget
           << " bytes (limit_peak). The ledger keeps no record of what was live at the peak: "
              "operation scopes or the JSONL log's timeline (gpuguard report) show which step reached it.";
     }
   }
 
+  static void check_misuse(const ::testing::TestInfo& info, const detail::test_state& s) {
+    const misuse_counts now = misuse();
+    const misuse_counts& before = s.misuse_at_start;
+    if (now.total() == before.total()) { return; }
+    ADD_FAILURE_AT(info.file(), info.line())
+        << "gpuguard: the test misused tracked memory: " << now.double_free - before.double_free
+        << " double free(s), " << now.unknown_pointer - before.unknown_pointer
+        << " free(s) of a pointer the ledger never gave out, " << now.wrong_size - before.wrong_size
+        << " with the wrong size, " << now.wrong_device - before.wrong_device
+        << " on the wrong device (stderr names each pointer; gpuguard::testing::allow_misuse() allows it)";
+  }
+
   void check_leaks(const ::testing::TestInfo& info, const ledger_snapshot& snap,
                    const detail::test_state& s) const {
-    std::vector<allocation_record> leaked;
-    for (const allocation_record& record : snap.live) {
-      if (is_exit_holder(record.tag)) { continue; }
-      if (!std::binary_search(s.live_at_start.begin(), s.live_at_start.end(),
-                              std::make_pair(record.sequence, record.ptr))) {
-        leaked.push_back(record);
-      }
-    }
+    const std::vector<allocation_record> leaked = s.window.new_live(snap).leaked;
     if (leaked.empty()) { return; }
     const std::size_t max_sites = opts_.max_sites != 0 ? opts_.max_sites : process_options().leak_sites;
     const leak_report report = group_leaks(leaked, max_sites);
     ADD_FAILURE_AT(info.file(), info.line())
         << "gpuguard: the test left tracked memory live that was not live at its start "
            "(gpuguard::testing::allow_leaks() allows it):\n"
-        << detail::leak_text(report, max_sites);
+        << leak_text(report, max_sites);
   }
 
   listener_options opts_;

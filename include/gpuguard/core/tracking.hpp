@@ -7,6 +7,7 @@
 #include <gpuguard/config.hpp>
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/pool_memory_resource.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -61,9 +62,12 @@ struct leak_report {
   std::vector<leak_site> sites;
   std::size_t held_bytes = 0;  ///< live under an exit holder's tag (a cache), not counted as leaked
   std::uint64_t held_count = 0;
-  std::vector<leak_site> held; ///< by (site, device, tag), largest first; frames not resolved
+  std::vector<leak_site> held; ///< by (site, device, tag), largest first; resolved and merged as `sites`
   misuse_counts misuse;
   std::vector<std::pair<int, counters>> devices;
+  /// What gpuguard's caching pools hold from their upstreams (pool_memory_resource): their cache,
+  /// named apart from the allocations above (collect_leaks fills it; group_leaks leaves it empty).
+  std::vector<pool_holding> pools;
 };
 
 /**

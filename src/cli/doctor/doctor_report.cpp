@@ -117,6 +117,7 @@ std::string render_json(const sample& s) {
   for (const device_summary& d : s.devices) {
     devices.push_back({{"index", d.nvml.index},
                        {"name", string_or_null(d.nvml.name)},
+                       {"uuid", string_or_null(d.nvml.uuid)},
                        {"minor", optional_number(d.nvml.minor)},
                        {"total_bytes", optional_number(d.nvml.total)},
                        {"used_bytes", optional_number(d.nvml.used)},

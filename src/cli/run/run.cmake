@@ -7,10 +7,12 @@
 #   device memory from holders/nvml.cpp: shared with doctor, listed in CMakeLists.txt)
 #   run_report.cpp      the summary line and the JSON report (docs/run.md)
 #   run_track.cpp       --track: the tracked processes' records and their summary
+#   run_postmortem.cpp  post-mortems of tracked processes that died unseen (SIGKILL, the OOM killer)
 list(APPEND gpuguard_cli_command_sources
   ${CMAKE_CURRENT_LIST_DIR}/run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_supervisor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_cgroup.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_namespace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/run_report.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/run_track.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/run_track.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_postmortem.cpp)

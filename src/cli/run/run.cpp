@@ -340,6 +340,7 @@ int run_main(int argc, char** argv) {
   } else {
     write_track_summary(track_dir, stderr);
     std::fputs(run_summary_line(config, outcome).c_str(), stderr);
+    for (const process_postmortem& p : outcome.postmortems) { std::fputs(postmortem_text(p).c_str(), stderr); }
   }
   if (!config.report_path.empty()) {
     if (std::string error; !detail::write_file_atomically(config.report_path, run_report_json(config, outcome), &error)) {

@@ -295,6 +295,10 @@ std::string run_report_json(const run_config& config, const run_outcome& o) {
   } else {
     doc["clean"] = nullptr;
   }
+  json postmortems = json::array();
+  for (const process_postmortem& p : o.postmortems) { postmortems.push_back(postmortem_json(p)); }
+  doc["postmortems"] = std::move(postmortems);
+  doc["postmortem_note"] = o.postmortem_note.empty() ? json(nullptr) : json(o.postmortem_note);
   doc["notes"] = o.notes;
   // Command lines and process names may be any bytes: what is not UTF-8 becomes U+FFFD.
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

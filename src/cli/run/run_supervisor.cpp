@@ -3,6 +3,8 @@
 // nothing here needs to be async-signal-safe except the child between fork and exec.
 #include "run/run_supervisor.hpp"
 
+#include "util/postmortem_region.hpp"
+
 #include "run/run_namespace.hpp"
 
 #include "process/end.hpp"
@@ -883,6 +885,9 @@ struct supervisor_state {
   util::nvml_library nvml;           // --require-clean: one session for the whole run
   std::string nvml_note;
   std::vector<nvml_device> before;   // --require-clean: the devices before CMD started
+  unique_fd region;                  // the post-mortem region, inherited by the job
+  std::uint64_t oom_before = 0;      // the job cgroup's oom_kill count before CMD
+  std::uint64_t oom_after = 0;       // ... and after the teardown
 };
 
 // Signals reach the supervisor only through signalfd: what it acts on is blocked before anything
@@ -907,12 +912,47 @@ void become_subreaper(supervisor_state& s) {
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) { throw_errno("prctl(PR_SET_CHILD_SUBREAPER)"); }
 }
 
+// The job's post-mortem region (util/postmortem_region.hpp): made before anything of the job
+// starts, inherited by it (its descriptor named in CMD's environment). Without one, the run goes
+// on without post-mortems and says why.
+void make_postmortem_region(supervisor_state& s) {
+  std::string error;
+  s.region = unique_fd(detail::postmortem::create_region(&error));
+  if (!s.region.valid() || !detail::postmortem::set_inherited(s.region.get(), true)) {
+    s.out.postmortem_note = "no post-mortem region: " + (error.empty() ? std::string(std::strerror(errno)) : error);
+    s.region.reset();
+  }
+}
+
+// After the job: a post-mortem for each tracked process that died without its exit path, with the
+// cause the supervisor can establish; each is also ended in the process's JSONL log.
+void collect_postmortems(supervisor_state& s) {
+  if (!s.region.valid()) { return; }
+  static_cast<void>(detail::postmortem::set_inherited(s.region.get(), false));  // addr2line gets none
+  postmortem_context c;
+  c.command = s.command;
+  if (s.status_known && WIFSIGNALED(s.command_status)) { c.command_signal = WTERMSIG(s.command_status); }
+  for (const leftover& l : s.out.teardown.leftovers) {
+    if (l.sent_sigterm || l.sent_sigkill) { c.torn_down.insert(l.process.pid); }
+  }
+  c.oom_kills = s.oom_after > s.oom_before ? s.oom_after - s.oom_before : 0;
+  c.pids_comparable = !s.space.pid;
+  c.job_empty = s.out.teardown.job_empty;
+  s.out.postmortems = read_postmortems(s.region.get(), c, &s.out.postmortem_note);
+  for (process_postmortem& p : s.out.postmortems) { write_postmortem_end_line(p); }
+}
+
 // CMD's argv and environment, and whether it gets the terminal's foreground.
 void prepare_command(supervisor_state& s) {
   s.tty = ::isatty(STDIN_FILENO) == 1;
   s.plan.hand_tty = s.tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
   s.argv = s.config.command;
-  s.envp = s.config.environment;
+  s.envp.clear();
+  const std::string region_variable = std::string(detail::postmortem::environment_variable) + "=";
+  for (const std::string& e : s.config.environment) {
+    if (e.rfind(region_variable, 0) != 0) { s.envp.push_back(e); }  // a nested run's region is its own
+  }
+  if (s.region.valid()) { s.envp.push_back(region_variable + std::to_string(s.region.get())); }
   for (std::string& a : s.argv) { s.plan.argv.push_back(a.data()); }
   s.plan.argv.push_back(nullptr);
   for (std::string& e : s.envp) { s.plan.envp.push_back(e.data()); }
@@ -1286,8 +1326,10 @@ run_outcome supervise(const run_config& config) {
   out.start_unix_ns = unix_now_ns();
   supervisor_state s(config, out);
   become_subreaper(s);  // signals through signalfd; orphans of the job come back to us
+  make_postmortem_region(s);
   prepare_command(s);
   isolate(s);
+  if (s.cgroup.active()) { s.oom_before = read_oom_kills(s.cgroup.directory()); }
   try {
     spawn_anchor(s);  // the anchor starts CMD
   } catch (...) {
@@ -1300,8 +1342,10 @@ run_outcome supervise(const run_config& config) {
   if (started == job_start::started) { forward_until_command_ends(s); }
   note_command_end(s);
   end_job(s);
+  if (s.joined_cgroup) { s.oom_after = read_oom_kills(s.cgroup.directory()); }
   release_anchor(s);
   record_status(s);
+  collect_postmortems(s);
   return out;
 }
 

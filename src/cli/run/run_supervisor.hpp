@@ -21,6 +21,7 @@
 #include "holders/nvml.hpp"
 #include "holders/proc.hpp"
 #include "run/run_cgroup.hpp"
+#include "run/run_postmortem.hpp"
 
 #include <array>
 #include <optional>
@@ -136,6 +137,8 @@ struct run_outcome {
   bool user_namespace = false;   // ... inside a user namespace of its own
   std::string namespace_note;    // without the cgroup: why no PID namespace was made ("" when one was)
   clean_check clean;             // --require-clean
+  std::vector<process_postmortem> postmortems;  // tracked processes that died without their exit path
+  std::string postmortem_note;   // why no post-mortem could be read ("" when the region was read)
   std::vector<std::string> notes;
 };
 

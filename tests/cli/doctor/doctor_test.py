@@ -470,6 +470,7 @@ class doctor_test(unittest.TestCase):
         nvml = (f"driver 580.159\n"
                 f"device 0 150000000000 500000000 10000000000 Fake H200\n"
                 f"device 1 150000000000 500000000 0 Fake H200 (idle)\n"
+                f"uuid 1 error\n"
                 f"process 0 {live.pid} 4000000000\n"
                 f"process 0 {unseen} 5000000000\n"
                 f"process 0 {os.getpid()} 500000000\n"
@@ -481,6 +482,8 @@ class doctor_test(unittest.TestCase):
         d0, d1 = doc["devices"]
         self.assertEqual((d0["name"], d0["minor"], d0["used_bytes"], d0["reserved_bytes"]),
                          ("Fake H200", 0, 10000000000, 500000000))
+        self.assertEqual(d0["uuid"], "GPU-fa4e0000-0000-4000-8000-000000000000")
+        self.assertIsNone(d1["uuid"])  # NVML gave none
         self.assertEqual(d0["process_bytes"], 9500000000)
         self.assertEqual(d0["visible_process_bytes"], 4000000000)
         self.assertEqual(d0["residue_bytes"], 6000000000)

@@ -12,6 +12,23 @@ foreach(group IN ITEMS usage exit_status signals teardown boundary escape failur
   set_tests_properties(cli.run.${group} PROPERTIES TIMEOUT 120)
 endforeach()
 
+# Post-mortems: a tracked program that SIGKILLs itself, one that exits, one the OOM killer ends in a
+# memory-limited cgroup of the test's own (skipped, with the reason, without root and cgroup v2's
+# memory controller).
+add_executable(gpuguard_postmortem_child ${CMAKE_CURRENT_SOURCE_DIR}/run/postmortem_child.cpp)
+target_link_libraries(gpuguard_postmortem_child PRIVATE gpuguard::gpuguard)
+gpuguard_set_warnings(gpuguard_postmortem_child)
+add_test(NAME cli.run.postmortem
+  COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run/run_postmortem_test.py $<TARGET_FILE:gpuguard_cli>
+    $<TARGET_FILE:gpuguard_postmortem_child> ${PROJECT_SOURCE_DIR}/docs/schemas/events-v1.schema.json)
+set_tests_properties(cli.run.postmortem PROPERTIES TIMEOUT 180)
+
+# On a GPU: a PyTorch job under --track SIGKILLed mid-step: its post-mortem's device bytes against
+# NVML's figure for the process just before the kill. Skips (77) without a GPU.
+add_test(NAME gpu.run_postmortem
+  COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run/run_postmortem_gpu_test.py $<TARGET_FILE:gpuguard_cli>)
+set_tests_properties(gpu.run_postmortem PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu RESOURCE_LOCK gpu_device_memory TIMEOUT 240)
+
 # A real PyTorch job: DataLoader workers and a multiprocessing helper outlive their parent's
 # SIGKILL without gpuguard, and not with it. Needs torch (scripts/deps.sh test installs it); fails,
 # never skips, without it.
