@@ -218,8 +218,10 @@ stack_cache* thread_cache() noexcept {
 
 // ---- the frame-pointer walk, and when its frames are used -----------------------------------------
 //
-// A capture the cache cannot answer (a chain of calls not seen at this stack address lately, as an
-// application's many sites are) first walks the frame-pointer chain (frame_walk.hpp): gpuguard is
+// The cache goes first: a hit checks its slots with loads that do not wait on each other, where a
+// walk's loads each wait on the one before. A capture the cache cannot answer (a chain of calls not
+// seen at this stack address lately, as an application's many sites are) first walks the
+// frame-pointer chain (frame_walk.hpp): gpuguard is
 // built with frame pointers, and so may be the program around it, and where every function between
 // the capture and `depth` keeps the chain the walk gives the unwinder's frames for a few loads each.
 // Where a function does not keep it (vendor libraries, the C library, a program built without frame
