@@ -4,6 +4,7 @@ fresh venv with the wheel python.wheel built, judged by their exit statuses and 
 
 usage: pytest_plugin_test.py DIST --fake-driver DIR --fake-cudart LIBRARY     (CPU)
        pytest_plugin_test.py DIST --gpu                                      (real CUDA tensors)
+       pytest_plugin_test.py DIST --gpu-scopes           (Python scopes against PyTorch's figures)
 
 DIST holds the one gpuguard wheel python.wheel built (a ctest fixture: it is not built again
 here). The venv gets that wheel, and pytest (and, for --gpu, torch) from this Python's
@@ -18,9 +19,14 @@ pytest that the plugin starts again with the interposer preloaded, and in one al
 (a no-op, one notice, --strict-markers passes); a bad size (a usage error naming the test and the
 size); pytest.main() inside another program (refused, with the command to run); the size parser.
 GPU: the markers on PyTorch tensors: a freed tensor is no leak (its cache is told apart), a kept
-one is, named as PyTorch's; a peak within and over its limit.
+one is, named as PyTorch's (at the test's line where gpuguard reads Python frames without the GIL);
+a peak within and over its limit. --gpu-scopes: the wheel's Python scopes under `gpuguard run
+--track` around PyTorch allocations: each scope's PyTorch deltas equal memory_allocated() and
+memory_reserved() read around it, and its ledger net (the driver's allocations) equals the reserved
+delta: what PyTorch's cache took from the driver.
 """
 import glob
+import json
 import os
 import re
 import site
@@ -31,7 +37,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import abort, check, finish, line_of, scratch, skip, torch_cuda_or_skip, write_text  # noqa: E402
 
 DIST = sys.argv[1]
-GPU = "--gpu" in sys.argv
+SCOPES = "--gpu-scopes" in sys.argv
+GPU = "--gpu" in sys.argv or SCOPES
 SKIP_RULE = {} if GPU else {"variable": "CI", "value": "true"}
 MIB = 1 << 20
 
@@ -96,6 +103,46 @@ def failure_text(result, test):
     return match.group(1) if match else ""
 
 
+if SCOPES:
+    # ---- Python scopes around PyTorch allocations, under --track --------------------------------------
+    job = os.path.join(project, "scopes_torch_job.py")
+    write_text(job, f"""\
+import json
+
+import torch
+
+import gpuguard
+
+MIB = {MIB}
+torch.ones(1, device="cuda").sum().item()  # CUDA's start and PyTorch's first block, before the scopes
+torch.cuda.synchronize()
+kept, rows = [], []
+for size in (1, 8, 64, 300):  # small and large pools, a new segment or not
+    before = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    scope = gpuguard.op(f"make_{{size}}")
+    with scope:
+        kept.append(torch.empty(size * MIB, dtype=torch.uint8, device="cuda"))
+    after = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    rows.append(dict(scope.result, torch_allocated=after[0] - before[0], torch_reserved=after[1] - before[1]))
+print("ROWS " + json.dumps(rows))
+""")
+    done = run([os.path.join(bindir, "gpuguard"), "run", "--track", "--", python, job], env=env, timeout=300)
+    check(done.returncode == 0, "the scopes job ran under the wheel's gpuguard run --track", done.stderr[-3000:])
+    found = [line[5:] for line in done.stdout.splitlines() if line.startswith("ROWS ")]
+    rows = json.loads(found[0]) if found else []
+    check(len(rows) == 4, "the job printed its four scopes", done.stdout[-2000:])
+    for row in rows:
+        name = row.get("name")
+        check(row.get("framework") == "torch" and row.get("framework_allocated_delta") == row["torch_allocated"]
+              and row["torch_allocated"] >= int(name.split("_")[1]) * MIB,
+              f"{name}: the scope's PyTorch allocated delta is memory_allocated()'s", row)
+        check(row.get("framework_reserved_delta") == row["torch_reserved"],
+              f"{name}: the scope's PyTorch reserved delta is memory_reserved()'s", row)
+        check(row.get("net_bytes") == row["torch_reserved"],
+              f"{name}: the scope's ledger net under --track is what PyTorch's cache took from the driver", row)
+    check(any(row["torch_reserved"] > 0 for row in rows), "at least one scope took a new segment", rows)
+    finish("gpu.torch.python_scopes")
+
 if GPU:
     # ---- PyTorch tensors on the GPU -----------------------------------------------------------------
     write_text(os.path.join(project, "test_torch_gpu.py"), f"""\
@@ -144,6 +191,9 @@ def test_peak_over():
           "on device 0" in kept, "the kept tensor's failure: 16 MiB left live, PyTorch's tensors on device 0", kept)
     check("PyTorch's cache took from the driver during the test" in kept and "[gpuguard] #1 " in kept,
           "the kept tensor's failure names the site of the block PyTorch took for it", kept)
+    if sys.version_info[:2] in {(3, 11), (3, 12)}:  # frames read without the GIL: the test's own line
+        kept_line = line_of(os.path.join(project, "test_torch_gpu.py"), "# KEPT")
+        check(f"test_torch_gpu.py:{kept_line}" in kept, "the kept tensor's site is its line in the test", kept)
     over = failure_text(ran, "test_peak_over")
     check(re.search(r"peak on device 0 rose 2\d\d\.\d MiB .* over the limit of 128\.0 MiB", over) is not None
           and "gpu_limit_memory('128 MiB', device=0)" in over, "the peak's failure: device 0, over 128 MiB", over)
