@@ -213,6 +213,34 @@ std::vector<std::string> region_scopes(const pm::read_part& part) {
   return names;
 }
 
+// Forks a child that records into the region `fd` (handed down as `gpuguard run` hands it) with
+// default options: it runs `record`, says so through a pipe and waits; the parent SIGKILLs it
+// then (or after 20 s) and reaps it. Returns whether the child said it had recorded.
+template <class Record>
+bool record_in_child_then_kill(int fd, Record&& record) {
+  int p[2];
+  if (::pipe(p) != 0) { return false; }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
+    gpuguard::configure_ledger(gpuguard::options{});
+    record();
+    const char done = 1;
+    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
+    for (;;) { ::pause(); }
+  }
+  ::close(p[1]);
+  pollfd pf{p[0], POLLIN, 0};
+  char done = 0;
+  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(p[0]);
+  return ready;
+}
+
 TEST(Postmortem, RegionIsSealedAndOfItsFormat) {
   const int fd = new_region();
   const int seals = ::fcntl(fd, F_GET_SEALS);
@@ -302,13 +330,7 @@ TEST(Postmortem, SitePythonLinesReadBack) {
 // holder declared before the part was claimed, a tag interned after it, and untagged ones.
 TEST(Postmortem, TagsAndExitHoldersNamed) {
   const int fd = new_region();
-  int p[2];
-  ASSERT_EQ(::pipe(p), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
-    gpuguard::configure_ledger(gpuguard::options{});
+  const bool ready = record_in_child_then_kill(fd, [] {
     const gpuguard::tag_id cache = gpuguard::intern_tag("postmortem test cache");
     gpuguard::declare_exit_holder(cache);  // before any part is claimed
     const auto allocate = [](std::uintptr_t address, std::size_t bytes) {
@@ -329,18 +351,7 @@ TEST(Postmortem, TagsAndExitHoldersNamed) {
       const gpuguard::scoped_tag late("interned after the claim");
       allocate(0x400000, 40);
     }
-    const char done = 1;
-    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
-    for (;;) { ::pause(); }
-  }
-  ::close(p[1]);
-  pollfd pf{p[0], POLLIN, 0};
-  char done = 0;
-  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(p[0]);
+  });
   ASSERT_TRUE(ready) << "the child did not record within 20 s";
   const pm::region_reader reader(fd);
   ASSERT_TRUE(reader.valid()) << reader.error();
@@ -479,13 +490,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
   const auto bytes_of = [](int i) { return static_cast<std::size_t>(64 * (i + 1)); };
   const auto device_of = [](int i) { return i % 2 == 0 ? -1 : 0; };
   const int fd = new_region();
-  int p[2];
-  ASSERT_EQ(::pipe(p), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
-    gpuguard::configure_ledger(gpuguard::options{});
+  const bool ready = record_in_child_then_kill(fd, [&] {
     const auto in_threads = [&](auto&& work) {
       std::atomic<int> arrived{0};
       std::atomic<int> finished{0};
@@ -518,18 +523,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
                                                 gpuguard::unknown_device, nullptr));
       }
     });
-    const char done = 1;
-    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
-    for (;;) { ::pause(); }
-  }
-  ::close(p[1]);
-  pollfd pf{p[0], POLLIN, 0};
-  char done = 0;
-  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(p[0]);
+  });
   ASSERT_TRUE(ready) << "the child did not finish its threads within 20 s";
   std::map<int, std::pair<std::int64_t, std::int64_t>> expected;  // device: bytes, count
   for (int i = per_thread / 2; i < per_thread; ++i) {

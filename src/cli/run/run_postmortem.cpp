@@ -188,14 +188,8 @@ std::vector<process_postmortem> read_postmortems(int fd, const postmortem_contex
       d.frees += l.frees;
       d.total_bytes += l.total_bytes;
       if (l.bytes == 0 && !l.in_flight) { continue; }
-      postmortem_site s;
-      s.site = l.site;
-      s.device = l.device;
-      s.bytes = l.bytes;
-      s.count = l.count;
-      s.in_flight = l.in_flight;
-      s.held = held;
-      if (l.tag != 0) { s.tag = tag != tags.end() ? tag->second->name : "tag " + std::to_string(l.tag); }
+      std::string tag_text = l.tag == 0 ? "" : tag != tags.end() ? tag->second->name : "tag " + std::to_string(l.tag);
+      postmortem_site s{l.site, l.device, l.bytes, l.count, l.in_flight, std::move(tag_text), held, 0, {}};
       if (auto it = named.find(l.site); it != named.end()) { s.frames = it->second; }
       if (auto it = python_lost.find(l.site); it != python_lost.end()) { s.python_lost = it->second; }
       p.sites.push_back(std::move(s));
