@@ -348,8 +348,10 @@ std::string postmortem_text(const process_postmortem& p) {
     const postmortem_site& s = p.sites[i];
     // As the leak report tells them: an exit holder's allocations are held by it, not leaked.
     const std::string owner = s.held ? " held by " + s.tag : s.tag.empty() ? "" : " (tag \"" + s.tag + "\")";
-    out += prefix + "    " + bytes_text(s.bytes) + " in " + std::to_string(s.count) + " on " + device_name(s.device) + owner +
-           (s.in_flight ? " (one update in flight)" : "") + " at ";
+    out += prefix;
+    out += "    " + bytes_text(s.bytes) + " in " + std::to_string(s.count) + " on " + device_name(s.device);
+    out += owner;
+    out += s.in_flight ? " (one update in flight) at " : " at ";
     if (s.site == 0) {
       out += "(no stack: stacks=off or not sampled)";
     } else if (s.frames.empty()) {
