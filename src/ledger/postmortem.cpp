@@ -5,7 +5,9 @@
 #include <gpuguard/core/allocation_source.hpp>
 
 #include "ledger/ledger_internal.hpp"
+#include "ledger/python_frames.hpp"
 #include "ledger/stacks.hpp"
+#include "ledger/tags.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,6 +17,9 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fcntl.h>
 #include <link.h>
@@ -32,6 +37,7 @@ namespace gpuguard::detail::postmortem {
 
 
 static_assert(device_slots <= static_cast<int>(device_words), "a peak word per device slot");
+static_assert(max_tags <= static_cast<int>(tag_slots) && max_tag_length < tag_name_words * 8, "a slot per tag, its whole name");
 
 std::atomic<part*> current_part{nullptr};
 std::atomic<bool> region_possible{true};
@@ -120,6 +126,32 @@ int changes_only(dl_phdr_info* info, std::size_t /*size*/, void* data) {
   return 1;
 }
 
+// Which tags are exit holders', process-wide: declared before a part is claimed, they are written
+// into it when it is.
+std::array<std::atomic<std::uint64_t>, (tag_slots + 63) / 64> holder_tags{};
+
+// Under claim_mutex.
+void write_tag(part& p, tag_id tag, std::string_view name) noexcept {
+  if (tag == untagged || tag >= tag_slots) { return; }
+  tag_slot& slot = p.tags[tag];
+  const bool holder = (holder_tags[tag / 64].load(std::memory_order_relaxed) >> (tag % 64) & 1U) != 0;
+  const std::uint64_t s = begin_own_write(slot.seq);
+  if (!name.empty()) { store_text(slot.name, tag_name_words, name.data(), name.size()); }
+  store(slot.flags, load(slot.flags) | (name.empty() ? 0 : tag_named) | (holder ? tag_holder : 0));
+  end_write(slot.seq, s);
+}
+
+// Under claim_mutex: every tag interned so far (the process's table; a forked child's too).
+void write_tags(part& p) noexcept {
+  for (std::size_t tag = 1; tag < static_cast<std::size_t>(max_tags); ++tag) {
+    try {
+      const std::string name = process_tags().name(static_cast<tag_id>(tag));
+      if (!name.empty()) { write_tag(p, static_cast<tag_id>(tag), name); }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: this tag stays unnamed
+    }
+  }
+}
+
 bool map_region(int fd) noexcept {
   struct stat st{};
   if (fd < 0 || ::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != region_bytes) { return false; }
@@ -148,6 +180,7 @@ part* claim_part() noexcept {
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
     store_text(p.header.program, text_words, exe, n > 0 ? static_cast<std::size_t>(n) : 0);
     write_modules(p);
+    write_tags(p);
     p.header.state.store(part_live, std::memory_order_release);
     return &p;
   }
@@ -300,7 +333,7 @@ void note_event_slow(part& p, bool alloc, const allocation_record& record, std::
   // other slice has one: plain stores under its sequence words.
   const bool shared = sl == &p.slices[shared_slice];
   const int device_slot = device_slot_of(record.device);
-  if (live_slot* slot = live_slot_of(*sl, live_key(record.site, device_slot), shared)) {
+  if (live_slot* slot = live_slot_of(*sl, live_key(record.site, device_slot, record.tag), shared)) {
     const std::uint64_t s = shared ? begin_write(slot->seq) : begin_own_write(slot->seq);
     const std::size_t current = (s >> 1) & 1U;
     const std::size_t n = current ^ 1U;
@@ -361,8 +394,17 @@ bool site_known(const part& p, site_id site) noexcept {
 
 void note_site_slow(part& p, site_id site) noexcept {
   std::vector<void*> frames;
+  std::size_t python_slots = 0;
+  std::size_t python_frames = 0;
+  std::string python_text;
   try {
     frames = site_frames(site);
+    // The Python part's text now: the table that names its words dies with the process. Neither
+    // the GIL nor Python is needed (python_frames.hpp); once per site.
+    python_slots = python_prefix_length(frames.data(), frames.size());
+    const std::vector<frame_info> python = resolve_python_frames(frames.data(), frames.size());
+    python_frames = python.size();
+    for (const frame_info& f : python) { append_python_frame(python_text, f.file, f.line, f.function); }
   } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: the site stays unnamed
     return;
   }
@@ -376,14 +418,39 @@ void note_site_slow(part& p, site_id site) noexcept {
     const std::uint64_t s = load(slot.site);
     if (s == site) { return; }
     if (s != 0) { continue; }
+    // The text first, in words no one else takes (under claim_mutex): published with the slot.
+    const std::uint64_t used = load(p.header.python_text_used);
+    const std::size_t words = python_text.empty() ? 0 : python_text.size() / 8 + 1;  // with its NUL
+    const bool fits = used + words <= python_text_words;
+    if (fits && words != 0) {
+      store_text(p.python_text + used, words, python_text.data(), python_text.size());
+      store(p.header.python_text_used, used + words);
+    }
     const std::uint64_t seq = begin_own_write(slot.seq);
     store(slot.site, site);
-    const std::size_t depth = std::min(frames.size(), frame_depth);
+    store(slot.python_frames, python_frames);
+    store(slot.python_offset, fits ? used : 0);
+    store(slot.python_bytes, fits ? python_text.size() : 0);
+    const std::size_t depth = std::min(frames.size() - python_slots, frame_depth);
     store(slot.depth, depth);
-    for (std::size_t i = 0; i < depth; ++i) { store(slot.frames[i], reinterpret_cast<std::uintptr_t>(frames[i])); }
+    for (std::size_t i = 0; i < depth; ++i) {
+      store(slot.frames[i], reinterpret_cast<std::uintptr_t>(frames[python_slots + i]));
+    }
     end_write(slot.seq, seq);
     return;
   }
+}
+
+void note_tag(tag_id tag, std::string_view name) noexcept {
+  const std::lock_guard<std::mutex> lock(claim_mutex());
+  if (part* p = current_part.load(std::memory_order_relaxed)) { write_tag(*p, tag, name); }
+}
+
+void note_exit_holder(tag_id tag) noexcept {
+  if (tag == untagged || tag >= tag_slots) { return; }
+  const std::lock_guard<std::mutex> lock(claim_mutex());
+  holder_tags[tag / 64].fetch_or(std::uint64_t{1} << (tag % 64), std::memory_order_relaxed);
+  if (part* p = current_part.load(std::memory_order_relaxed)) { write_tag(*p, tag, {}); }
 }
 
 void scope_entered(std::uint32_t depth, const char* name, std::uint32_t thread) noexcept {

@@ -1,7 +1,7 @@
 // The tracked process's side of the post-mortem region (util/postmortem_region.hpp has the format
 // and the supervisor's side): claiming this process's part, and keeping in it what the ledger
-// records (live bytes by site and device, the last events), the sites' frames with the module map
-// that names them, the open operation scopes, and where the JSONL log is. The hot path is one load
+// records (live bytes by site, device and tag, the last events), the sites' frames with the module
+// map that names them and their Python lines as text, the tags' names, the open operation scopes, and where the JSONL log is. The hot path is one load
 // while no part is claimed, and a few relaxed stores under two sequence words when one is.
 // Internal to libgpuguard.
 #pragma once
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace gpuguard::detail::postmortem {
 
@@ -58,6 +59,12 @@ inline void note_site(site_id site) noexcept {
     note_site_slow(*p, site);
   }
 }
+
+/// A tag the process just interned (tags.cpp, outside its table's lock): its name goes into the
+/// part, now if one is claimed, else when one is.
+void note_tag(tag_id tag, std::string_view name) noexcept;
+/// A tag declared an exit holder's (declare_exit_holder): marked so in the part, now or when claimed.
+void note_exit_holder(tag_id tag) noexcept;
 
 /// An operation scope at `depth` (0: the thread's outermost) opened or closed by the calling thread.
 void scope_entered(std::uint32_t depth, const char* name, std::uint32_t thread) noexcept;

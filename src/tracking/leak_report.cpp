@@ -4,6 +4,7 @@
 
 #include <gpuguard/device.hpp>
 
+#include "ledger/postmortem.hpp"
 #include "ledger/stacks.hpp"
 #include "tracking/report_json.hpp"
 #include "util/file.hpp"
@@ -33,6 +34,7 @@ std::array<std::atomic<std::uint64_t>, (max_tags + 63) / 64> exit_holders{};
 void declare_exit_holder(tag_id tag) noexcept {
   if (tag >= max_tags) { return; }
   exit_holders[tag / 64].fetch_or(std::uint64_t{1} << (tag % 64), std::memory_order_relaxed);
+  detail::postmortem::note_exit_holder(tag);  // so that a post-mortem tells held from leaked
 }
 
 bool is_exit_holder(tag_id tag) noexcept {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -76,9 +77,17 @@ region_reader::region_reader(int fd) {
     return;
   }
   const auto* header = static_cast<const region_header*>(base);
-  if (header->magic.load(std::memory_order_acquire) != region_magic || load(header->version) != format_version ||
-      load(header->part_size) != sizeof(part) || load(header->parts) != part_count) {
-    error_ = "the region's header is not format " + std::to_string(format_version);
+  const std::uint64_t version = load(header->version);
+  if (header->magic.load(std::memory_order_acquire) != region_magic) {
+    error_ = "the region's header is not a gpuguard post-mortem region's";
+  } else if (version != format_version) {
+    // A job whose processes run another gpuguard than the supervisor's.
+    error_ = "the region is format " + std::to_string(version) + ", and this gpuguard reads format " +
+             std::to_string(format_version) + " only";
+  } else if (load(header->part_size) != sizeof(part) || load(header->parts) != part_count) {
+    error_ = "the region's header is format " + std::to_string(format_version) + " with other part sizes";
+  }
+  if (!error_.empty()) {
     ::munmap(base, region_bytes);
     return;
   }
@@ -91,6 +100,40 @@ region_reader::~region_reader() {
 }
 
 namespace {
+
+// A site's Python lines: `bytes` of the part's text area from word `offset`, bounded by the area.
+std::string python_text_of(const part& p, std::uint64_t offset, std::uint64_t bytes) {
+  if (offset >= python_text_words) { return {}; }
+  bytes = std::min<std::uint64_t>(bytes, (python_text_words - offset) * 8);
+  std::string text;
+  text.reserve(static_cast<std::size_t>(bytes));
+  for (std::uint64_t at = 0; at < bytes; ++at) {
+    const std::uint64_t w = load(p.python_text[offset + at / 8]);
+    text += static_cast<char>((w >> (8 * (at % 8))) & 0xFFU);
+  }
+  return text;
+}
+
+// "file\tline\tfunction\n" per frame (format_python_frame); a malformed line is left out.
+std::vector<read_python_frame> parse_python_text(const std::string& text) {
+  std::vector<read_python_frame> frames;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) { end = text.size(); }
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const std::size_t tab1 = line.find('\t');
+    const std::size_t tab2 = tab1 == std::string::npos ? std::string::npos : line.find('\t', tab1 + 1);
+    if (tab2 == std::string::npos) { continue; }
+    read_python_frame f;
+    f.file = line.substr(0, tab1);
+    f.line = static_cast<std::uint32_t>(std::strtoul(line.substr(tab1 + 1, tab2 - tab1 - 1).c_str(), nullptr, 10));
+    f.function = line.substr(tab2 + 1);
+    frames.push_back(std::move(f));
+  }
+  return frames;
+}
 
 read_part read_one(const part& p, std::size_t at) {
   read_part r;
@@ -135,7 +178,8 @@ read_part read_one(const part& p, std::size_t at) {
       std::atomic_thread_fence(std::memory_order_acquire);
       const bool in_flight = odd || slot.seq.load(std::memory_order_relaxed) != seq;
       read_live& l = live[key];
-      l.site = static_cast<std::uint32_t>((key - 1) >> 16);
+      l.site = static_cast<std::uint32_t>((key - 1) >> 32);
+      l.tag = static_cast<std::uint16_t>(((key - 1) >> 16) & 0xFFFFU);
       const int device_slot = static_cast<int>((key - 1) & 0xFFFFU);
       l.device = device_slot == 0 ? -1 : device_slot - 1;
       const auto add = [](std::int64_t& to, std::uint64_t delta) {
@@ -157,16 +201,36 @@ read_part read_one(const part& p, std::size_t at) {
   }
   for (const site_slot& slot : p.sites) {
     std::uint64_t site = 0;
-    std::vector<std::uint64_t> frames;
+    read_site rs;
+    std::string text;
     if (stable_copy(slot.seq, [&] {
           site = load(slot.site);
           const std::uint64_t depth = std::min<std::uint64_t>(load(slot.depth), frame_depth);
-          frames.clear();
-          for (std::uint64_t i = 0; i < depth; ++i) { frames.push_back(load(slot.frames[i])); }
+          rs.frames.clear();
+          for (std::uint64_t i = 0; i < depth; ++i) { rs.frames.push_back(load(slot.frames[i])); }
+          rs.python_lost = load(slot.python_frames);
+          text = python_text_of(p, load(slot.python_offset), load(slot.python_bytes));
         }) == 1 || site == 0) {
       continue;
     }
-    r.site_frames.emplace_back(static_cast<std::uint32_t>(site), std::move(frames));
+    rs.site = static_cast<std::uint32_t>(site);
+    rs.python = parse_python_text(text);
+    rs.python_lost -= std::min<std::uint64_t>(rs.python_lost, rs.python.size());
+    r.sites.push_back(std::move(rs));
+  }
+  for (std::size_t id = 1; id < tag_slots; ++id) {
+    const tag_slot& slot = p.tags[id];
+    read_tag t;
+    std::uint64_t flags = 0;
+    if (stable_copy(slot.seq, [&] {
+          flags = load(slot.flags);
+          t.name = load_text(slot.name, tag_name_words);
+        }) == 1 || (flags & tag_named) == 0) {
+      continue;
+    }
+    t.tag = static_cast<std::uint16_t>(id);
+    t.holder = (flags & tag_holder) != 0;
+    r.tags.push_back(std::move(t));
   }
   for (std::size_t at_slice = 0; at_slice < slice_count; ++at_slice) {
     const slice& sl = p.slices[at_slice];

@@ -5,8 +5,9 @@
 // (create_region) and hands its descriptor down in GPUGUARD_POSTMORTEM_FD; each process that
 // records claims a part of its own on its first allocation or operation scope (a child made by
 // fork() claims another; ledger/postmortem.hpp writes it), and keeps in it: live bytes and counts
-// by site and device, the frames of each site and the module map that names them, the open
-// operation scopes of each thread, and the last events (a ring). Its exit path marks the part
+// by site, device and tag, the frames of each site (its Python lines as text, its native frames
+// raw) and the module map that names them, the names of the tags and which of them are exit
+// holders, the open operation scopes of each thread, and the last events (a ring). Its exit path marks the part
 // closed; a part left open by a dead process is what the post-mortem reads (docs/run.md).
 //
 // The region is plain data: words that are lock-free std::atomic (address-free, so they work in
@@ -21,7 +22,7 @@
 // keeping the region current costs a few plain stores and no atomic read-modify-write: a thread
 // claims a slice of its own on its first event (one compare-and-swap; it gives the slice back when
 // it ends, and a later thread continues it) and is then its only writer: its live table (keyed by
-// site and device), its ring of events and its peaks are written under single-writer seqlocks. A
+// site, device and tag), its ring of events and its peaks are written under single-writer seqlocks. A
 // free recorded by another thread than the allocating one is a negative delta in the freeing
 // thread's slice; the reader sums a key over every slice (unsigned, wrapping), so the sum is the
 // process's figure. Threads beyond the owned slices share slice 0, whose writers take each slot by
@@ -31,6 +32,7 @@
 // clock tick.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -54,13 +56,18 @@ static_assert(sizeof(word) == 8);
 inline constexpr const char* environment_variable = "GPUGUARD_POSTMORTEM_FD";
 
 inline constexpr std::uint64_t region_magic = 0x314d505244524747ULL;  // "GGRDRPM1"
-inline constexpr std::uint64_t format_version = 2;
+inline constexpr std::uint64_t format_version = 3;
 inline constexpr std::size_t part_count = 64;        // tracked processes per job
 inline constexpr std::size_t slice_count = 16;       // slice 0 shared, 1..15 one thread's each
-inline constexpr std::size_t live_slots = 2048;      // (site, device) pairs per slice
+inline constexpr std::size_t live_slots = 2048;      // (site, device, tag) keys per slice
 inline constexpr std::size_t live_probes = 64;
 inline constexpr std::size_t site_slots = 1024;      // sites whose frames are kept
-inline constexpr std::size_t frame_depth = 16;
+inline constexpr std::size_t frame_depth = 16;       // native frames of a site
+inline constexpr std::size_t python_text_words = 32768;  // 256 KiB of the sites' Python lines, per part
+inline constexpr std::size_t python_file_bytes = 160;    // the tail of a Python frame's file name kept
+inline constexpr std::size_t python_function_bytes = 96; // the head of its function's name kept
+inline constexpr std::size_t tag_slots = 256;         // the ledger's tag ids (max_tags)
+inline constexpr std::size_t tag_name_words = 8;      // 63 bytes: the ledger's longest tag name
 inline constexpr std::size_t ring_slots = 256;       // the last events, per slice
 inline constexpr std::size_t scope_threads = 32;
 inline constexpr std::size_t scope_depth = 8;        // open scopes kept per thread, outermost first
@@ -69,11 +76,11 @@ inline constexpr std::size_t module_slots = 256;
 inline constexpr std::size_t module_path_words = 28;
 inline constexpr std::size_t text_words = 64;        // the log's path, the program's
 
-/// One (site, device): live bytes and count, in two copies. The sequence word's half (seq / 2)
+/// One (site, device, tag): live bytes and count, in two copies. The sequence word's half (seq / 2)
 /// says which copy is current when it is even; a writer writes the other copy, so a writer that
 /// dies mid-update leaves the last committed copy whole.
 struct live_slot {
-  word key;  // 0: free; else (site << 16 | device slot) + 1
+  word key;  // 0: free; else live_key(site, device slot, tag)
   word seq;
   word bytes[2];        // live
   word count[2];        // live
@@ -84,13 +91,30 @@ struct live_slot {
 
 inline constexpr std::size_t device_words = 66;  // the host, then devices 0..64
 
-/// A site's raw return addresses, innermost first, written once.
+/// A site, written once: its Python lines (innermost first) as text in the part's python_text,
+/// `python_frames` lines of "file\tline\tfunction\n" from word `python_offset`, `python_bytes`
+/// long (0 with frames: the text area was full), resolved by the process when it first recorded
+/// the site, since the table that names them dies with it; then its native frames' raw return
+/// addresses, innermost first, for addr2line over the module map.
 struct site_slot {
   word seq;
   word site;
-  word depth;
+  word depth;           // native frames
+  word python_frames;
+  word python_offset;   // in words
+  word python_bytes;
   word frames[frame_depth];
 };
+
+/// A tag's name and whether it is an exit holder's (a cache kept until the process ends, such as
+/// PyTorch's caching allocator), written when the process interns it or declares it.
+struct tag_slot {
+  word seq;
+  word flags;  // tag_named | tag_holder
+  word name[tag_name_words];
+};
+inline constexpr std::uint64_t tag_named = 1;
+inline constexpr std::uint64_t tag_holder = 2;
 
 /// One allocation or free, in the ring.
 struct event_slot {
@@ -154,10 +178,11 @@ struct part_header {
   word state;              // part_live, part_closed
   word start_unix_ns;
   word modules;            // module slots in use
-  word dropped_sites;      // events whose (site, device) found no slot in their slice
+  word dropped_sites;      // events whose (site, device, tag) found no slot in their slice
   word dropped_threads;    // scopes of threads that found no slot
   word log_seq;            // guards the log's fields
   word log_start_unix_ns;  // the JSONL log's t=0 in wall time
+  word python_text_used;   // words of python_text taken (by sites, under the writer's mutex)
   word log_path[text_words];
   word program[text_words];
 };
@@ -168,6 +193,8 @@ struct part {
   site_slot sites[site_slots];
   scope_thread scopes[scope_threads];
   module_slot modules[module_slots];
+  tag_slot tags[tag_slots];
+  word python_text[python_text_words];  // plain bytes, each site's written before its slot is published
 };
 
 struct region_header {
@@ -196,6 +223,7 @@ bool set_inherited(int fd, bool inherited) noexcept;
 struct read_live {
   std::uint32_t site = 0;
   int device = -1;  // -1: host
+  std::uint16_t tag = 0;  // 0: untagged
   std::int64_t bytes = 0;
   std::int64_t count = 0;
   std::int64_t allocations = 0;
@@ -226,6 +254,22 @@ struct read_thread {
   std::vector<read_scope> scopes;   // outermost first
   std::uint64_t in_flight = 0;      // slots left out: a scope being entered when it died
 };
+struct read_python_frame {
+  std::string file;
+  std::uint32_t line = 0;
+  std::string function;
+};
+struct read_site {
+  std::uint32_t site = 0;
+  std::vector<read_python_frame> python;  // innermost first
+  std::uint64_t python_lost = 0;          // Python frames whose text the full text area could not keep
+  std::vector<std::uint64_t> frames;      // native return addresses, innermost first
+};
+struct read_tag {
+  std::uint16_t tag = 0;
+  std::string name;
+  bool holder = false;  // an exit holder's: kept until the process ends, not a leak
+};
 struct read_module {
   std::string path;
   std::uint64_t base = 0;
@@ -240,8 +284,9 @@ struct read_part {
   std::string program;
   std::string log_path;
   std::int64_t log_start_unix_ns = 0;
-  std::vector<read_live> live;      // (site, device) with live bytes or allocations, summed over slices, by key
-  std::vector<std::pair<std::uint32_t, std::vector<std::uint64_t>>> site_frames;
+  std::vector<read_live> live;      // (site, device, tag) with live bytes or allocations, summed over slices, by key
+  std::vector<read_site> sites;
+  std::vector<read_tag> tags;       // the named ones, by id
   std::vector<read_event> events;   // every slice's ring merged, oldest first
   std::uint64_t events_total = 0;
   std::uint64_t events_in_flight = 0;
@@ -351,8 +396,24 @@ inline std::string load_text(const word* words, std::size_t count) {
   return text;
 }
 
-inline std::uint64_t live_key(std::uint32_t site, int device_slot) noexcept {
-  return ((static_cast<std::uint64_t>(site) << 16) | static_cast<std::uint64_t>(device_slot)) + 1;
+/// Appends one Python frame as the region keeps it: "file\tline\tfunction\n", the file's last
+/// python_file_bytes and the function's first python_function_bytes, tabs and newlines in them
+/// made spaces (the reader's parse_python_text reads it back).
+inline void append_python_frame(std::string& out, const std::string& file, std::size_t line, const std::string& function) {
+  const auto put = [&out](const std::string& text, std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) { out += text[i] == '\t' || text[i] == '\n' ? ' ' : text[i]; }
+  };
+  put(file, file.size() > python_file_bytes ? file.size() - python_file_bytes : 0, file.size());
+  out += '\t';
+  out += std::to_string(line);
+  out += '\t';
+  put(function, 0, std::min(function.size(), python_function_bytes));
+  out += '\n';
+}
+
+inline std::uint64_t live_key(std::uint32_t site, int device_slot, std::uint16_t tag) noexcept {
+  return ((static_cast<std::uint64_t>(site) << 32) | (static_cast<std::uint64_t>(tag) << 16) |
+          static_cast<std::uint64_t>(device_slot)) + 1;
 }
 
 inline std::size_t hash_index(std::uint64_t key, std::size_t slots) noexcept {

@@ -7,6 +7,7 @@
 #include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/op_scope.hpp>
 #include <gpuguard/core/options.hpp>
+#include <gpuguard/core/tracking.hpp>
 
 #include "util/postmortem_region.hpp"
 
@@ -212,6 +213,34 @@ std::vector<std::string> region_scopes(const pm::read_part& part) {
   return names;
 }
 
+// Forks a child that records into the region `fd` (handed down as `gpuguard run` hands it) with
+// default options: it runs `record`, says so through a pipe and waits; the parent SIGKILLs it
+// then (or after 20 s) and reaps it. Returns whether the child said it had recorded.
+template <class Record>
+bool record_in_child_then_kill(int fd, Record&& record) {
+  int p[2];
+  if (::pipe(p) != 0) { return false; }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
+    gpuguard::configure_ledger(gpuguard::options{});
+    record();
+    const char done = 1;
+    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
+    for (;;) { ::pause(); }
+  }
+  ::close(p[1]);
+  pollfd pf{p[0], POLLIN, 0};
+  char done = 0;
+  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(p[0]);
+  return ready;
+}
+
 TEST(Postmortem, RegionIsSealedAndOfItsFormat) {
   const int fd = new_region();
   const int seals = ::fcntl(fd, F_GET_SEALS);
@@ -230,6 +259,125 @@ TEST(Postmortem, RegionIsSealedAndOfItsFormat) {
   ::close(plain);
 }
 
+// A region made by another gpuguard (another format version) is refused, the versions named.
+TEST(Postmortem, RegionOfAnotherVersionIsRefused) {
+  const int fd = new_region();
+  void* base = ::mmap(nullptr, pm::parts_offset, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  static_cast<pm::region_header*>(base)->version.store(pm::format_version - 1);
+  const pm::region_reader refused(fd);
+  EXPECT_FALSE(refused.valid());
+  EXPECT_NE(refused.error().find("format " + std::to_string(pm::format_version - 1)), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().find("reads format " + std::to_string(pm::format_version)), std::string::npos) << refused.error();
+  static_cast<pm::region_header*>(base)->magic.store(0);
+  const pm::region_reader not_one(fd);
+  EXPECT_FALSE(not_one.valid());
+  EXPECT_NE(not_one.error().find("not a gpuguard post-mortem region"), std::string::npos) << not_one.error();
+  ::munmap(base, pm::parts_offset);
+  ::close(fd);
+}
+
+// A site's Python lines, as the process left them in the part's text area, read back in order;
+// a site whose lines found the area full says how many it lost; a malformed line is left out.
+TEST(Postmortem, SitePythonLinesReadBack) {
+  const int fd = new_region();
+  void* base = ::mmap(nullptr, pm::region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  auto* part = reinterpret_cast<pm::part*>(static_cast<char*>(base) + pm::parts_offset);
+  part->header.pid.store(4243);
+  std::string text;
+  pm::append_python_frame(text, "/job/train.py", 42, "step");
+  pm::append_python_frame(text, std::string(300, 'd') + "/main.py", 7, "with\ttab");
+  text += "no tabs here\n";
+  const std::size_t words = text.size() / 8 + 1;
+  pm::store_text(part->python_text + 3, words, text.data(), text.size());
+  pm::site_slot& with = part->sites[1];
+  const std::uint64_t s = pm::begin_own_write(with.seq);
+  with.site.store(9);
+  with.python_frames.store(2);
+  with.python_offset.store(3);
+  with.python_bytes.store(text.size());
+  with.depth.store(1);
+  with.frames[0].store(0x401000);
+  pm::end_write(with.seq, s);
+  pm::site_slot& full = part->sites[2];
+  full.site.store(10);
+  full.python_frames.store(4);
+  const pm::region_reader reader(fd);
+  ASSERT_TRUE(reader.valid()) << reader.error();
+  const std::vector<pm::read_part> parts = reader.parts();
+  ASSERT_EQ(parts.size(), 1U);
+  ASSERT_EQ(parts[0].sites.size(), 2U);
+  const pm::read_site& got = parts[0].sites[0];
+  EXPECT_EQ(got.site, 9U);
+  ASSERT_EQ(got.python.size(), 2U);
+  EXPECT_EQ(got.python[0].file, "/job/train.py");
+  EXPECT_EQ(got.python[0].line, 42U);
+  EXPECT_EQ(got.python[0].function, "step");
+  EXPECT_EQ(got.python[1].file.size(), pm::python_file_bytes) << "the file name's tail is kept";
+  EXPECT_EQ(got.python[1].file.substr(got.python[1].file.size() - 8), "/main.py");
+  EXPECT_EQ(got.python[1].function, "with tab");
+  EXPECT_EQ(got.python_lost, 0U);
+  EXPECT_EQ(got.frames, std::vector<std::uint64_t>{0x401000});
+  EXPECT_EQ(parts[0].sites[1].site, 10U);
+  EXPECT_TRUE(parts[0].sites[1].python.empty());
+  EXPECT_EQ(parts[0].sites[1].python_lost, 4U);
+  ::munmap(base, pm::region_bytes);
+  ::close(fd);
+}
+
+// Allocations are kept by (site, device, tag), and the part names its tags and their holders: a
+// holder declared before the part was claimed, a tag interned after it, and untagged ones.
+TEST(Postmortem, TagsAndExitHoldersNamed) {
+  const int fd = new_region();
+  const bool ready = record_in_child_then_kill(fd, [] {
+    const gpuguard::tag_id cache = gpuguard::intern_tag("postmortem test cache");
+    gpuguard::declare_exit_holder(cache);  // before any part is claimed
+    const auto allocate = [](std::uintptr_t address, std::size_t bytes) {
+      gpuguard::allocation_event e;
+      e.ptr = reinterpret_cast<void*>(address);
+      e.bytes = bytes;
+      e.device = 0;
+      e.kind = gpuguard::memory_kind::device;
+      gpuguard::record_allocation(e);
+    };
+    allocate(0x100000, 100);  // untagged: claims the part
+    {
+      const gpuguard::scoped_tag held("postmortem test cache");
+      allocate(0x200000, 2000);
+      allocate(0x300000, 3000);
+    }
+    {
+      const gpuguard::scoped_tag late("interned after the claim");
+      allocate(0x400000, 40);
+    }
+  });
+  ASSERT_TRUE(ready) << "the child did not record within 20 s";
+  const pm::region_reader reader(fd);
+  ASSERT_TRUE(reader.valid()) << reader.error();
+  const std::vector<pm::read_part> parts = reader.parts();
+  ASSERT_EQ(parts.size(), 1U);
+  std::map<std::string, std::pair<bool, std::uint16_t>> tags;  // name: holder, id
+  for (const pm::read_tag& t : parts[0].tags) { tags[t.name] = {t.holder, t.tag}; }
+  ASSERT_EQ(tags.count("postmortem test cache"), 1U);
+  ASSERT_EQ(tags.count("interned after the claim"), 1U);
+  EXPECT_TRUE(tags["postmortem test cache"].first);
+  EXPECT_FALSE(tags["interned after the claim"].first);
+  std::map<std::string, std::int64_t> bytes_by_tag;
+  for (const pm::read_live& l : parts[0].live) {
+    std::string name;
+    for (const auto& [n, t] : tags) {
+      if (t.second == l.tag) { name = n; }
+    }
+    EXPECT_TRUE(l.tag == 0 || !name.empty()) << "tag " << l.tag << " unnamed";
+    bytes_by_tag[name] += l.bytes;
+  }
+  const std::map<std::string, std::int64_t> expected = {
+      {"", 100}, {"postmortem test cache", 5000}, {"interned after the claim", 40}};
+  EXPECT_EQ(bytes_by_tag, expected);
+  ::close(fd);
+}
+
 // A slot whose writer died mid-update (its word odd) reads as its last committed copy, marked in
 // flight; a ring slot in the same state is left out and counted.
 TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
@@ -241,7 +389,7 @@ TEST(Postmortem, OddSlotReadsAsLastCommittedCopy) {
   pm::slice& sl = part->slices[1];
   sl.header.used.store(1);
   pm::live_slot& slot = sl.live[7];
-  slot.key.store(pm::live_key(5, 1));
+  slot.key.store(pm::live_key(5, 1, 0));
   const std::uint64_t s = pm::begin_write(slot.seq);
   slot.bytes[1].store(1000);
   slot.count[1].store(2);
@@ -342,13 +490,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
   const auto bytes_of = [](int i) { return static_cast<std::size_t>(64 * (i + 1)); };
   const auto device_of = [](int i) { return i % 2 == 0 ? -1 : 0; };
   const int fd = new_region();
-  int p[2];
-  ASSERT_EQ(::pipe(p), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    setenv(pm::environment_variable, std::to_string(fd).c_str(), 1);
-    gpuguard::configure_ledger(gpuguard::options{});
+  const bool ready = record_in_child_then_kill(fd, [&] {
     const auto in_threads = [&](auto&& work) {
       std::atomic<int> arrived{0};
       std::atomic<int> finished{0};
@@ -381,18 +523,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
                                                 gpuguard::unknown_device, nullptr));
       }
     });
-    const char done = 1;
-    if (::write(p[1], &done, 1) != 1) { ::_exit(3); }
-    for (;;) { ::pause(); }
-  }
-  ::close(p[1]);
-  pollfd pf{p[0], POLLIN, 0};
-  char done = 0;
-  const bool ready = ::poll(&pf, 1, 20000) == 1 && ::read(p[0], &done, 1) == 1;
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(p[0]);
+  });
   ASSERT_TRUE(ready) << "the child did not finish its threads within 20 s";
   std::map<int, std::pair<std::int64_t, std::int64_t>> expected;  // device: bytes, count
   for (int i = per_thread / 2; i < per_thread; ++i) {

@@ -49,6 +49,8 @@ std::string hex(std::uint64_t v) {
   return text;
 }
 
+std::string bytes_text(std::int64_t bytes) { return detail::format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(bytes, 0))); }
+
 std::string device_name(int device) { return device < 0 ? "host" : "device " + std::to_string(device); }
 
 bool gpuguard_module(const std::string& path) {
@@ -56,13 +58,22 @@ bool gpuguard_module(const std::string& path) {
   return name.rfind("libgpuguard", 0) == 0;
 }
 
-// Each site's frames named: the module each address lies in, then addr2line per module.
+// Each site's frames named: its Python lines as the process named them, then its native frames:
+// the module each address lies in, then addr2line per module.
 std::map<std::uint32_t, std::vector<postmortem_frame>> name_sites(const pm::read_part& part) {
   std::map<std::uint32_t, std::vector<postmortem_frame>> named;
   std::map<std::string, std::vector<std::pair<postmortem_frame*, std::uint64_t>>> by_module;
-  for (const auto& [site, addresses] : part.site_frames) {
-    std::vector<postmortem_frame>& frames = named[site];
-    for (const std::uint64_t address : addresses) {
+  for (const pm::read_site& site : part.sites) {
+    std::vector<postmortem_frame>& frames = named[site.site];
+    for (const pm::read_python_frame& py : site.python) {
+      postmortem_frame f;
+      f.python = true;
+      f.function = py.function;
+      f.location = py.file + ":" + std::to_string(py.line);
+      frames.push_back(std::move(f));
+    }
+    const std::size_t native_from = frames.size();
+    for (const std::uint64_t address : site.frames) {
       const auto m = std::find_if(part.modules.begin(), part.modules.end(), [address](const pm::read_module& mod) {
         return address >= mod.low && address < mod.high;
       });
@@ -71,12 +82,12 @@ std::map<std::uint32_t, std::vector<postmortem_frame>> name_sites(const pm::read
       f.address = address;
       if (m != part.modules.end()) { f.module = m->path; }
       frames.push_back(f);
-      if (frames.size() == frames_kept) { break; }
+      if (frames.size() - native_from == frames_kept) { break; }
     }
   }
   for (auto& [site, frames] : named) {
     for (postmortem_frame& f : frames) {
-      if (f.module.empty()) { continue; }
+      if (f.python || f.module.empty()) { continue; }
       const auto m = std::find_if(part.modules.begin(), part.modules.end(),
                                   [&f](const pm::read_module& mod) { return mod.path == f.module && f.address >= mod.low && f.address < mod.high; });
       // A return address: the call is the instruction before it.
@@ -160,18 +171,27 @@ std::vector<process_postmortem> read_postmortems(int fd, const postmortem_contex
     p.dropped_threads = part.dropped_threads;
     name_cause(p, context);
     std::map<std::uint32_t, std::vector<postmortem_frame>> named = name_sites(part);
+    std::map<std::uint32_t, std::uint64_t> python_lost;
+    for (const pm::read_site& site : part.sites) { python_lost[site.site] = site.python_lost; }
+    std::map<std::uint16_t, const pm::read_tag*> tags;
+    for (const pm::read_tag& t : part.tags) { tags[t.tag] = &t; }
     std::map<int, postmortem_device> devices;
     for (const pm::read_live& l : part.live) {
       postmortem_device& d = devices[l.device];
+      const auto tag = tags.find(l.tag);
+      const bool held = tag != tags.end() && tag->second->holder;
       d.device = l.device;
       d.live_bytes += l.bytes;
+      d.held_bytes += held ? l.bytes : 0;
       d.live_count += l.count;
       d.allocations += l.allocations;
       d.frees += l.frees;
       d.total_bytes += l.total_bytes;
       if (l.bytes == 0 && !l.in_flight) { continue; }
-      postmortem_site s{l.site, l.device, l.bytes, l.count, l.in_flight, {}};
+      std::string tag_text = l.tag == 0 ? "" : tag != tags.end() ? tag->second->name : "tag " + std::to_string(l.tag);
+      postmortem_site s{l.site, l.device, l.bytes, l.count, l.in_flight, std::move(tag_text), held, 0, {}};
       if (auto it = named.find(l.site); it != named.end()) { s.frames = it->second; }
+      if (auto it = python_lost.find(l.site); it != python_lost.end()) { s.python_lost = it->second; }
       p.sites.push_back(std::move(s));
     }
     for (const auto& [device, peak] : part.device_peaks) {
@@ -205,7 +225,7 @@ std::vector<process_postmortem> read_postmortems(int fd, const postmortem_contex
 json postmortem_json(const process_postmortem& p) {
   json devices = json::array();
   for (const postmortem_device& d : p.devices) {
-    devices.push_back({{"device", d.device}, {"live_bytes", d.live_bytes}, {"live_count", d.live_count},
+    devices.push_back({{"device", d.device}, {"live_bytes", d.live_bytes}, {"held_bytes", d.held_bytes}, {"live_count", d.live_count},
                        {"allocations", d.allocations}, {"frees", d.frees}, {"total_bytes", d.total_bytes},
                        {"peak_bytes", d.peak_bytes}});
   }
@@ -214,11 +234,12 @@ json postmortem_json(const process_postmortem& p) {
     const postmortem_site& s = p.sites[i];
     json frames = json::array();
     for (const postmortem_frame& f : s.frames) {
-      frames.push_back({{"address", hex(f.address)}, {"module", f.module},
+      frames.push_back({{"kind", f.python ? "python" : "native"}, {"address", hex(f.address)}, {"module", f.module},
                         {"function", f.function}, {"location", f.location}});
     }
     sites.push_back({{"site", s.site}, {"device", s.device}, {"bytes", s.bytes}, {"count", s.count},
-                     {"in_flight", s.in_flight}, {"frames", std::move(frames)}});
+                     {"in_flight", s.in_flight}, {"tag", s.tag}, {"held", s.held},
+                     {"python_frames_lost", s.python_lost}, {"frames", std::move(frames)}});
   }
   json threads = json::array();
   for (const postmortem_thread& t : p.threads) {
@@ -318,14 +339,19 @@ std::string postmortem_text(const process_postmortem& p) {
   std::string live;
   for (const postmortem_device& d : p.devices) {
     if (d.live_bytes == 0) { continue; }
-    live += (live.empty() ? "" : "; ") + device_name(d.device) + " " + detail::format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(d.live_bytes, 0))) +
-            " in " + std::to_string(d.live_count);
+    live += (live.empty() ? "" : "; ") + device_name(d.device) + " " + bytes_text(d.live_bytes) + " in " +
+            std::to_string(d.live_count);
+    if (d.held_bytes != 0) { live += " (" + bytes_text(d.held_bytes) + " of it held by caches until exit: not leaked)"; }
   }
   out += prefix + "  live when it died: " + (live.empty() ? "nothing" : live) + "\n";
   for (std::size_t i = 0; i < p.sites.size() && i < sites_kept; ++i) {
     const postmortem_site& s = p.sites[i];
-    out += prefix + "    " + detail::format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(s.bytes, 0))) + " in " +
-           std::to_string(s.count) + " on " + device_name(s.device) + (s.in_flight ? " (one update in flight)" : "") + " at ";
+    // As the leak report tells them: an exit holder's allocations are held by it, not leaked.
+    const std::string owner = s.held ? " held by " + s.tag : s.tag.empty() ? "" : " (tag \"" + s.tag + "\")";
+    out += prefix;
+    out += "    " + bytes_text(s.bytes) + " in " + std::to_string(s.count) + " on " + device_name(s.device);
+    out += owner;
+    out += s.in_flight ? " (one update in flight) at " : " at ";
     if (s.site == 0) {
       out += "(no stack: stacks=off or not sampled)";
     } else if (s.frames.empty()) {
@@ -336,6 +362,7 @@ std::string postmortem_text(const process_postmortem& p) {
       out += (f == 0 ? "" : " <- ") + (fr.function.empty() ? hex(fr.address) : fr.function) +
              (fr.location.empty() ? "" : " (" + fr.location + ")");
     }
+    if (s.python_lost != 0) { out += " (" + std::to_string(s.python_lost) + " Python frames not kept: the region's text area was full)"; }
     out += "\n";
   }
   if (p.sites.size() > sites_kept) { out += prefix + "    ... and " + std::to_string(p.sites.size() - sites_kept) + " more sites\n"; }

@@ -17,6 +17,7 @@
 namespace gpuguard::cli {
 
 struct postmortem_frame {
+  bool python = false;   // a Python line (address 0, no module), named by the process itself
   std::uint64_t address = 0;
   std::string module;
   std::string function;  // "" where addr2line could not tell
@@ -29,12 +30,16 @@ struct postmortem_site {
   std::int64_t bytes = 0;
   std::int64_t count = 0;
   bool in_flight = false;  // the process died updating it: the figures are its last committed ones
-  std::vector<postmortem_frame> frames;  // the caller's frames, gpuguard's own dropped
+  std::string tag;         // the tag the allocations were made under, "" untagged
+  bool held = false;       // the tag is an exit holder's (a cache kept until the process ends): not a leak
+  std::uint64_t python_lost = 0;  // Python frames whose text the region had no room for
+  std::vector<postmortem_frame> frames;  // its Python lines, innermost first, then the caller's native frames, gpuguard's own dropped
 };
 
 struct postmortem_device {
   int device = -1;
   std::int64_t live_bytes = 0;
+  std::int64_t held_bytes = 0;  // of live_bytes, under exit holders' tags
   std::int64_t live_count = 0;
   std::int64_t allocations = 0;
   std::int64_t frees = 0;

@@ -1,9 +1,12 @@
 // A tracked program for tests/cli/run/run_postmortem_test.py: it enables tracking (GPUGUARD_OPTIONS
 // applies), records host allocations at two sites through the library, opens the scopes "step"
 // and "forward", prints its live bytes, and then ends as argv[1] says: "kill" (SIGKILL to itself,
-// which no handler sees), "exit" (returns 0: its own exit path reports), or "oom" (touches memory
-// until the OOM killer of a memory-limited cgroup ends it).
+// which no handler sees), "exit" (returns 0: its own exit path reports), "oom" (touches memory
+// until the OOM killer of a memory-limited cgroup ends it), or "held" (first records 2 MiB more
+// under the tag "stand-in cache", declared an exit holder's as a framework's cache is, then
+// SIGKILL).
 #include <gpuguard/core/allocation_source.hpp>
+#include <gpuguard/core/ledger.hpp>
 #include <gpuguard/core/op_scope.hpp>
 #include <gpuguard/core/tracking.hpp>
 
@@ -48,11 +51,16 @@ __attribute__((noinline)) void allocate_activations(std::uintptr_t address, std:
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kill" && mode != "exit" && mode != "oom") {
-    std::fprintf(stderr, "usage: postmortem_child kill|exit|oom\n");
+  if (mode != "kill" && mode != "exit" && mode != "oom" && mode != "held") {
+    std::fprintf(stderr, "usage: postmortem_child kill|exit|oom|held\n");
     return 2;
   }
   gpuguard::enable_tracking();
+  if (mode == "held") {
+    gpuguard::declare_exit_holder(gpuguard::intern_tag("stand-in cache"));
+    const gpuguard::scoped_tag cache("stand-in cache");
+    allocate_weights(0x5000000, 2 << 20);
+  }
   for (std::uintptr_t i = 0; i < 4; ++i) { allocate_weights(0x100000 + i * 0x10000, 1 << 20); }
   const gpuguard::op_scope step("step");
   const gpuguard::op_scope forward("forward");
@@ -62,7 +70,7 @@ int main(int argc, char** argv) {
   std::printf("live %zu\n", live_bytes);
   std::fflush(stdout);
   if (mode == "exit") { return 0; }
-  if (mode == "kill") { ::kill(::getpid(), SIGKILL); }
+  if (mode == "kill" || mode == "held") { ::kill(::getpid(), SIGKILL); }
   std::vector<char*> hog;
   for (;;) {  // oom: until the cgroup's limit is met
     auto* block = static_cast<char*>(std::malloc(std::size_t{16} << 20));

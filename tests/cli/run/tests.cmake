@@ -18,9 +18,12 @@ endforeach()
 add_executable(gpuguard_postmortem_child ${CMAKE_CURRENT_SOURCE_DIR}/run/postmortem_child.cpp)
 target_link_libraries(gpuguard_postmortem_child PRIVATE gpuguard::gpuguard)
 gpuguard_set_warnings(gpuguard_postmortem_child)
+# With the stand-in CUDA runtime and driver (tests/preload/), a Python job under --track too.
 add_test(NAME cli.run.postmortem
   COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/run/run_postmortem_test.py $<TARGET_FILE:gpuguard_cli>
-    $<TARGET_FILE:gpuguard_postmortem_child> ${PROJECT_SOURCE_DIR}/docs/schemas/events-v1.schema.json)
+    $<TARGET_FILE:gpuguard_postmortem_child> ${PROJECT_SOURCE_DIR}/docs/schemas/events-v1.schema.json
+    --preload $<TARGET_FILE:gpuguard_preload> --fake-driver $<TARGET_FILE_DIR:gpuguard_fake_driver>
+    --fake-cudart $<TARGET_FILE:gpuguard_fake_cudart>)
 set_tests_properties(cli.run.postmortem PROPERTIES TIMEOUT 180)
 
 # On a GPU: a PyTorch job under --track SIGKILLed mid-step: its post-mortem's device bytes against
