@@ -10,6 +10,7 @@
 #include "util/signal_name.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -245,7 +246,7 @@ json postmortem_json(const process_postmortem& p) {
   for (const postmortem_thread& t : p.threads) {
     json scopes = json::array();
     for (std::size_t i = 0; i < t.scopes.size(); ++i) {
-      scopes.push_back({{"name", t.scopes[i]}, {"open_s", static_cast<double>(t.scope_ages_ns[i] / 1000000) / 1e3}});
+      scopes.push_back({{"name", t.scopes[i]}, {"open_s", std::floor(static_cast<double>(t.scope_ages_ns[i]) / 1e6) / 1e3}});
     }
     threads.push_back({{"tid", t.tid}, {"thread", t.thread}, {"depth", t.depth}, {"scopes", std::move(scopes)},
                        {"in_flight", t.in_flight}});
@@ -254,7 +255,7 @@ json postmortem_json(const process_postmortem& p) {
   for (const postmortem_event& e : p.events) {
     events.push_back({{"index", e.index}, {"type", e.alloc ? "alloc" : "free"}, {"device", e.device},
                       {"address", hex(e.address)}, {"bytes", e.bytes}, {"site", e.site}, {"thread", e.thread},
-                      {"age_s", static_cast<double>(e.age_ns / 1000000) / 1e3}});
+                      {"age_s", std::floor(static_cast<double>(e.age_ns) / 1e6) / 1e3}});
   }
   return {{"pid", p.pid},
           {"program", p.program},
@@ -370,7 +371,11 @@ std::string postmortem_text(const process_postmortem& p) {
     std::string chain;
     for (const std::string& s : t.scopes) { chain += (chain.empty() ? "" : " > ") + s; }
     if (t.depth > t.scopes.size() + t.in_flight) { chain += " > (" + std::to_string(t.depth - t.scopes.size()) + " deeper)"; }
-    out += prefix + "  open scopes of thread " + std::to_string(t.thread) + " (tid " + std::to_string(t.tid) + "): " + chain + "\n";
+    out += prefix;
+    out += "  open scopes of thread " + std::to_string(t.thread);
+    out += " (tid " + std::to_string(t.tid) + "): ";
+    out += chain;
+    out += "\n";
   }
   if (!p.events.empty()) {
     out += prefix + "  last events (" + std::to_string(p.events.size()) + " of " + std::to_string(p.events_total) + "):";
