@@ -446,9 +446,21 @@ __attribute__((always_inline)) inline std::size_t capture_skipping(void** frames
 
 }  // namespace
 
+#if defined(__x86_64__)
+namespace {
+
+// The calling thread's cache if it has one now (the tests' helpers below make none).
+stack_cache* existing_cache() noexcept {
+  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache : nullptr;
+}
+
+}  // namespace
+#endif
+
 std::uint64_t memoized_sites() noexcept {
 #if defined(__x86_64__)
-  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache->memo_hits : 0;
+  const stack_cache* cache = existing_cache();
+  return cache != nullptr ? cache->memo_hits : 0;
 #else
   return 0;
 #endif
@@ -456,7 +468,8 @@ std::uint64_t memoized_sites() noexcept {
 
 std::uint64_t cached_captures() noexcept {
 #if defined(__x86_64__)
-  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache->hits : 0;
+  const stack_cache* cache = existing_cache();
+  return cache != nullptr ? cache->hits : 0;
 #else
   return 0;
 #endif
@@ -464,8 +477,8 @@ std::uint64_t cached_captures() noexcept {
 
 void forget_cached_stacks() noexcept {
 #if defined(__x86_64__)
-  if (this_thread_cache != nullptr && this_thread_cache != cache_gone) {
-    for (cached_stack& entry : this_thread_cache->entries) { entry.empty(); }
+  if (stack_cache* cache = existing_cache()) {
+    for (cached_stack& entry : cache->entries) { entry.empty(); }
   }
 #endif
 }
