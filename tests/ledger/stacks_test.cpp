@@ -183,28 +183,8 @@ TEST(site_memo, more_prefixes_than_a_stack_remembers_still_get_their_own_sites) 
   }
 }
 
-// Captures, empties the cache between the first and the second.
-__attribute__((noinline)) std::vector<site_id> sites_around_forgetting(std::uint64_t& memo_hits_after) {
-  std::vector<site_id> sites;
-  for (int i = 0; i < 2; ++i) {
-    if (i == 1) { gpuguard::detail::forget_cached_stacks(); }
-    const std::uint64_t before = gpuguard::detail::memoized_sites();
-    sites.push_back(site_from({}, 16));
-    memo_hits_after = gpuguard::detail::memoized_sites() - before;
-  }
-  return sites;
-}
-
-TEST(site_memo, an_emptied_cache_forgets_its_sites_and_interns_again) {
-  const unwinder_only unwinder;
-  std::uint64_t memo_hits = 0;
-  const std::vector<site_id> sites = sites_around_forgetting(memo_hits);
-  ASSERT_NE(sites[0], gpuguard::no_site);
-  EXPECT_EQ(sites[1], sites[0]);
-  EXPECT_EQ(memo_hits, 0U) << "a memo outlived its emptied cache";
-}
-
-// The state of a fork between captures: the child, and the child's memo count just after it.
+// What happens between captures at one round (a fork, or emptying the cache): the child, and the
+// memo count just after it.
 struct fork_point {
   int at_round = 0;
   pid_t child = -1;
@@ -226,6 +206,23 @@ void fork_at_its_round(int round, fork_point& point) {
   if (round != point.at_round) { return; }
   point.child = ::fork();
   point.memo_before = gpuguard::detail::memoized_sites();
+}
+
+void forget_at_its_round(int round, fork_point& point) {
+  if (round != point.at_round) { return; }
+  gpuguard::detail::forget_cached_stacks();
+  point.memo_before = gpuguard::detail::memoized_sites();
+}
+
+TEST(site_memo, an_emptied_cache_forgets_its_sites_and_interns_again) {
+  const unwinder_only unwinder;
+  fork_point point;
+  point.at_round = 2;
+  const std::vector<site_id> sites = captures(3, forget_at_its_round, point);
+  ASSERT_NE(sites[0], gpuguard::no_site);
+  EXPECT_EQ(sites[1], sites[0]);
+  EXPECT_EQ(sites[2], sites[0]);
+  EXPECT_EQ(gpuguard::detail::memoized_sites(), point.memo_before) << "a memo outlived its emptied cache";
 }
 
 TEST(site_memo, a_forked_child_keeps_the_parents_sites) {
