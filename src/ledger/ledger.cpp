@@ -52,12 +52,12 @@ __attribute__((tls_model("initial-exec"))) thread_local thread_state this_thread
 site_id capture_site_now(bool native) noexcept {
   // Not zeroed (a rep stos per capture): only the frames the captures wrote are read.
   std::array<void*, detail::python_prefix_slots + detail::max_stack_depth> frames;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-  std::size_t count = detail::capture_python_frames(frames.data());
-  if (native) {
-    const std::size_t depth = ledger().stack_depth.load(std::memory_order_relaxed);
-    count += detail::capture_caller_frames(frames.data() + count, depth);
-  }
-  return detail::intern_site(frames.data(), count);
+  const std::size_t count = detail::capture_python_frames(frames.data());
+  if (!native) { return detail::intern_site(frames.data(), count); }
+  // A stack seen before answers with the site it was interned into (stacks.hpp), the Python part
+  // being the same: the frames are neither copied nor looked up again.
+  static_assert(detail::python_prefix_slots <= detail::max_memo_prefix, "a Python part the memo cannot key");
+  return detail::capture_caller_site(frames.data(), count, ledger().stack_depth.load(std::memory_order_relaxed));
 }
 
 // The countdown is in the thread's state, which the caller has already looked up: a thread_local

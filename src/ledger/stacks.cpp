@@ -124,6 +124,21 @@ bool in_skipped_module(const void* address, std::size_t count) noexcept {
   return false;
 }
 
+struct cached_stack;
+
+// What capture_caller_site asks of a capture (the memo's key), and what the capture answers: the
+// remembered site, or else the entry that now holds the captured stack (to remember the site in
+// once it is interned) and that entry's generation then.
+struct memo_probe {
+  void* const* prefix = nullptr;
+  std::size_t prefix_count = 0;
+  std::size_t depth = 0;
+  std::size_t ranges = 0;
+  site_id site = no_site;
+  cached_stack* entry = nullptr;
+  std::uint32_t generation = 0;
+};
+
 // ---- the capture cache ---------------------------------------------------------------------------
 //
 // A DWARF unwind (libgcc's _Unwind_Backtrace, which Boost.Stacktrace and glibc's backtrace use)
@@ -171,12 +186,46 @@ _Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
 
 constexpr std::size_t cache_ways = 32;
 
+// ---- remembered sites ----------------------------------------------------------------------------
+//
+// A cached stack also remembers the sites capture_caller_site interned it into: the same frames
+// always give the same site, and a site id stays valid for the life of the process (a forked
+// child's too: it has the parent's site table), so a memo is never stale while its stack is
+// cached, and is emptied with it. A site depends on more than the stack, so a memo is keyed by the
+// rest: the prefix before the native frames (one native stack, the interpreter's, serves many
+// Python lines, hence a few memos a stack), the depth asked for, and how many skipped modules
+// were known (they only grow, and change which frames are kept).
+constexpr std::size_t memo_ways = 4;
+
+struct site_memo {
+  site_id site = no_site;  // no_site: empty
+  std::uint32_t depth = 0;
+  std::uint32_t ranges = 0;
+  std::uint32_t prefix_count = 0;
+  std::array<void*, max_memo_prefix> prefix{};
+
+  [[nodiscard]] bool answers(void* const* asked, std::size_t asked_count, std::size_t asked_depth,
+                             std::size_t asked_ranges) const noexcept {
+    return site != no_site && prefix_count == asked_count && depth == asked_depth && ranges == asked_ranges &&
+           std::memcmp(prefix.data(), asked, asked_count * sizeof(void*)) == 0;
+  }
+};
+
 struct cached_stack {
   std::uintptr_t anchor = 0;   // the capture's frame address; 0: empty
   std::size_t wanted = 0;
   std::size_t count = 0;
+  std::uint32_t generation = 0;  // changes whenever the entry is emptied or taken for another stack
+  std::uint32_t next_memo = 0;
+  std::array<site_memo, memo_ways> memos{};
   std::array<void*, max_stack_depth> ips{};
   std::array<void* const*, max_stack_depth> slots{};
+
+  void empty() noexcept {
+    anchor = 0;
+    ++generation;
+    for (site_memo& memo : memos) { memo.site = no_site; }
+  }
 };
 
 struct stack_cache {
@@ -184,8 +233,10 @@ struct stack_cache {
   std::uintptr_t stack_high = 0;
   std::size_t next_victim = 0;
   std::uint64_t hits = 0;
+  std::uint64_t memo_hits = 0;
   std::array<cached_stack, cache_ways> entries{};
 };
+
 
 // The thread's cache: made on its first capture, freed when the thread ends. After that (captures
 // from later thread_local destructors) the thread unwinds without it.
@@ -273,7 +324,9 @@ void learn_verdicts(void* const* ips, void* const* const* slots, std::size_t wal
 
 // Not inlined: its frame address is the cache's key, the walk and the verification start at its
 // return address, and the unwinder's first frame is its own.
-__attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t depth) noexcept {
+// With a probe, a stack the cache answers whose memo answers the probe gives its site, and no
+// frames (the probe's site is set, the count returned is 0).
+__attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t depth, memo_probe* probe) noexcept {
   const auto anchor = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
   stack_cache* cache = thread_cache();
   if (cache == nullptr || anchor < cache->stack_low || anchor >= cache->stack_high) {
@@ -287,8 +340,20 @@ __attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t 
     for (std::size_t i = 0; i < entry.count && same; ++i) { same = *entry.slots[i] == entry.ips[i]; }
     if (same) {
       ++cache->hits;
-      std::memcpy(frames, entry.ips.data(), entry.count * sizeof(void*));
-      return entry.count;
+      cached_stack& hit = cache->entries[(first + way) % cache_ways];
+      if (probe != nullptr) {
+        for (const site_memo& memo : hit.memos) {
+          if (memo.answers(probe->prefix, probe->prefix_count, probe->depth, probe->ranges)) {
+            ++cache->memo_hits;
+            probe->site = memo.site;
+            return 0;
+          }
+        }
+        probe->entry = &hit;
+        probe->generation = hit.generation;
+      }
+      std::memcpy(frames, hit.ips.data(), hit.count * sizeof(void*));
+      return hit.count;
     }
   }
   // The new stack is written straight into the way it will take (an empty one, else one of the
@@ -299,7 +364,7 @@ __attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t 
     if (cache->entries[way].anchor != 0) { way = (first + (cache->next_victim++ & 1U)) % cache_ways; }
   }
   cached_stack& fresh = cache->entries[way];
-  fresh.anchor = 0;
+  fresh.empty();
   std::size_t count = 0;
   bool keep = false;
   judged_walk walked{0, frame_verdict::broken};
@@ -331,21 +396,80 @@ __attribute__((noinline)) std::size_t capture_native(void** frames, std::size_t 
     fresh.wanted = depth;
     fresh.count = count;
     fresh.anchor = anchor;
+    if (probe != nullptr) {
+      probe->entry = &fresh;
+      probe->generation = fresh.generation;
+    }
   }
   return count;
 }
 
+// Remembers `site` as the probe's in the entry that held its stack, unless that entry was emptied
+// or taken for another stack since (a capture made while interning, say).
+void remember_site(const memo_probe& probe, site_id site) noexcept {
+  cached_stack* entry = probe.entry;
+  if (entry == nullptr || site == no_site || entry->generation != probe.generation ||
+      probe.prefix_count > max_memo_prefix) {
+    return;
+  }
+  site_memo& memo = entry->memos[entry->next_memo++ % memo_ways];
+  memo.site = site;
+  memo.depth = static_cast<std::uint32_t>(probe.depth);
+  memo.ranges = static_cast<std::uint32_t>(probe.ranges);
+  memo.prefix_count = static_cast<std::uint32_t>(probe.prefix_count);
+  std::memcpy(memo.prefix.data(), probe.prefix, probe.prefix_count * sizeof(void*));
+}
+
 #else
 
-std::size_t capture_native(void** frames, std::size_t depth) noexcept { return capture_frames(frames, depth); }
+std::size_t capture_native(void** frames, std::size_t depth, memo_probe* /*probe*/) noexcept {
+  return capture_frames(frames, depth);
+}
+
+void remember_site(const memo_probe& /*probe*/, site_id /*site*/) noexcept {}
 
 #endif
 
+// capture_caller_frames, with the probe passed to the capture: 0 frames and the probe's site set
+// when a memo answered.
+__attribute__((always_inline)) inline std::size_t capture_skipping(void** frames, std::size_t depth,
+                                                                   std::size_t ranges, memo_probe* probe) noexcept {
+  if (ranges == 0) { return capture_native(frames, std::min(depth, max_stack_depth), probe); }
+  std::array<void*, max_stack_depth> all;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+  const std::size_t got = capture_native(all.data(), max_stack_depth, probe);
+  std::size_t first = 0;
+  while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
+  const std::size_t count = std::min(got - first, depth);
+  std::memcpy(frames, all.data() + first, count * sizeof(void*));
+  return count;
+}
+
 }  // namespace
+
+#if defined(__x86_64__)
+namespace {
+
+// The calling thread's cache if it has one now (the tests' helpers below make none).
+stack_cache* existing_cache() noexcept {
+  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache : nullptr;
+}
+
+}  // namespace
+#endif
+
+std::uint64_t memoized_sites() noexcept {
+#if defined(__x86_64__)
+  const stack_cache* cache = existing_cache();
+  return cache != nullptr ? cache->memo_hits : 0;
+#else
+  return 0;
+#endif
+}
 
 std::uint64_t cached_captures() noexcept {
 #if defined(__x86_64__)
-  return this_thread_cache != nullptr && this_thread_cache != cache_gone ? this_thread_cache->hits : 0;
+  const stack_cache* cache = existing_cache();
+  return cache != nullptr ? cache->hits : 0;
 #else
   return 0;
 #endif
@@ -353,22 +477,28 @@ std::uint64_t cached_captures() noexcept {
 
 void forget_cached_stacks() noexcept {
 #if defined(__x86_64__)
-  if (this_thread_cache != nullptr && this_thread_cache != cache_gone) {
-    for (cached_stack& entry : this_thread_cache->entries) { entry.anchor = 0; }
+  if (stack_cache* cache = existing_cache()) {
+    for (cached_stack& entry : cache->entries) { entry.empty(); }
   }
 #endif
 }
 
 std::size_t capture_caller_frames(void** frames, std::size_t depth) noexcept {
-  const std::size_t ranges = skipped_count.load(std::memory_order_acquire);
-  if (ranges == 0) { return capture_native(frames, std::min(depth, max_stack_depth)); }
-  std::array<void*, max_stack_depth> all;  // NOLINT(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
-  const std::size_t got = capture_native(all.data(), max_stack_depth);
-  std::size_t first = 0;
-  while (first < got && in_skipped_module(all[first], ranges)) { ++first; }
-  const std::size_t count = std::min(got - first, depth);
-  std::memcpy(frames, all.data() + first, count * sizeof(void*));
-  return count;
+  return capture_skipping(frames, depth, skipped_count.load(std::memory_order_acquire), nullptr);
+}
+
+site_id capture_caller_site(void** frames, std::size_t prefix_count, std::size_t depth) noexcept {
+  depth = std::min(depth, max_stack_depth);
+  memo_probe probe;
+  probe.prefix = frames;
+  probe.prefix_count = prefix_count;
+  probe.depth = depth;
+  probe.ranges = skipped_count.load(std::memory_order_acquire);
+  const std::size_t count = capture_skipping(frames + prefix_count, depth, probe.ranges, &probe);
+  if (probe.site != no_site) { return probe.site; }
+  const site_id site = intern_site(frames, prefix_count + count);
+  remember_site(probe, site);
+  return site;
 }
 
 site_id intern_site(void* const* frames, std::size_t count) noexcept {
