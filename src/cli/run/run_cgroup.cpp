@@ -22,6 +22,14 @@ namespace {
 
 constexpr const char* prefix = "gpuguard-run.";
 
+// The first line of `rest` (without its newline), which it then no longer holds.
+std::string_view take_line(std::string_view& rest) {
+  const std::size_t newline = rest.find('\n');
+  const std::string_view line = rest.substr(0, newline);
+  rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+  return line;
+}
+
 // A cgroup hierarchy's mount: its mount point and the cgroup path at its root ("/" unless a
 // subtree is bind-mounted), from /proc/self/mountinfo: the cgroup2 one (`controller` "") or the
 // cgroup v1 one that holds `controller`; nullopt when there is none.
@@ -30,9 +38,7 @@ std::optional<std::pair<std::string, std::string>> cgroup_mount(std::string_view
   if (!text) { return std::nullopt; }
   std::string_view rest = *text;
   while (!rest.empty()) {
-    const std::size_t newline = rest.find('\n');
-    const std::string_view line = rest.substr(0, newline);
-    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+    const std::string_view line = take_line(rest);
     // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
     const std::size_t dash = line.find(" - ");
     if (dash == std::string_view::npos) { continue; }
@@ -68,9 +74,7 @@ std::optional<std::string> cgroup_path(pid_t pid, std::string_view controller) {
   if (!text) { return std::nullopt; }
   std::string_view rest = *text;
   while (!rest.empty()) {
-    const std::size_t newline = rest.find('\n');
-    const std::string_view line = rest.substr(0, newline);
-    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+    const std::string_view line = take_line(rest);
     // ID:CONTROLLERS:PATH (v2: 0::PATH)
     const std::size_t first = line.find(':');
     const std::size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
