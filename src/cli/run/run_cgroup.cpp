@@ -22,19 +22,35 @@ namespace {
 
 constexpr const char* prefix = "gpuguard-run.";
 
-// The cgroup2 mount: its mount point and the cgroup path at its root ("/" unless a subtree is
-// bind-mounted), from /proc/self/mountinfo; nullopt when there is none.
-std::optional<std::pair<std::string, std::string>> cgroup2_mount() {
+// The first line of `rest` (without its newline), which it then no longer holds.
+std::string_view take_line(std::string_view& rest) {
+  const std::size_t newline = rest.find('\n');
+  const std::string_view line = rest.substr(0, newline);
+  rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+  return line;
+}
+
+// A cgroup hierarchy's mount: its mount point and the cgroup path at its root ("/" unless a
+// subtree is bind-mounted), from /proc/self/mountinfo: the cgroup2 one (`controller` "") or the
+// cgroup v1 one that holds `controller`; nullopt when there is none.
+std::optional<std::pair<std::string, std::string>> cgroup_mount(std::string_view controller) {
   const std::optional<std::string> text = detail::read_small_file("/proc/self/mountinfo", std::size_t{1} << 20);
   if (!text) { return std::nullopt; }
   std::string_view rest = *text;
   while (!rest.empty()) {
-    const std::size_t newline = rest.find('\n');
-    const std::string_view line = rest.substr(0, newline);
-    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+    const std::string_view line = take_line(rest);
     // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
     const std::size_t dash = line.find(" - ");
-    if (dash == std::string_view::npos || line.substr(dash + 3).rfind("cgroup2 ", 0) != 0) { continue; }
+    if (dash == std::string_view::npos) { continue; }
+    const std::string_view tail = line.substr(dash + 3);
+    if (controller.empty()) {
+      if (tail.rfind("cgroup2 ", 0) != 0) { continue; }
+    } else {
+      if (tail.rfind("cgroup ", 0) != 0) { continue; }
+      const std::size_t space = tail.rfind(' ');
+      const std::string options = "," + std::string(tail.substr(space + 1)) + ",";
+      if (options.find("," + std::string(controller) + ",") == std::string::npos) { continue; }
+    }
     std::vector<std::string_view> fields;
     std::size_t i = 0;
     while (i < dash && fields.size() < 5) {
@@ -49,6 +65,45 @@ std::optional<std::pair<std::string, std::string>> cgroup2_mount() {
   }
   return std::nullopt;
 }
+
+// The path of `pid`'s cgroup (0: this process) in the hierarchy of `controller` ("": cgroup v2's
+// "0::" line), as /proc/PID/cgroup shows it; nullopt when it does not say.
+std::optional<std::string> cgroup_path(pid_t pid, std::string_view controller) {
+  const std::string file = pid == 0 ? std::string("/proc/self/cgroup") : "/proc/" + std::to_string(pid) + "/cgroup";
+  const std::optional<std::string> text = detail::read_small_file(file, 65536);
+  if (!text) { return std::nullopt; }
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const std::string_view line = take_line(rest);
+    // ID:CONTROLLERS:PATH (v2: 0::PATH)
+    const std::size_t first = line.find(':');
+    const std::size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second == std::string_view::npos) { continue; }
+    const std::string controllers = "," + std::string(line.substr(first + 1, second - first - 1)) + ",";
+    const bool match = controller.empty() ? line.substr(0, second + 1) == "0::"
+                                          : controllers.find("," + std::string(controller) + ",") != std::string::npos;
+    if (match) { return std::string(line.substr(second + 1)); }
+  }
+  return std::nullopt;
+}
+
+// The directory of cgroup `path` in the hierarchy mounted at `mount` (point, root); "" when the
+// path lies outside that mount.
+std::string cgroup_directory(const std::pair<std::string, std::string>& mount, const std::string& path) {
+  const auto& [mount_point, mount_root] = mount;
+  if (path.empty() || path.front() != '/') { return ""; }
+  std::string relative = path;
+  if (mount_root != "/") {
+    if (relative.rfind(mount_root, 0) != 0 || (relative.size() > mount_root.size() && relative[mount_root.size()] != '/')) {
+      return "";
+    }
+    relative = relative.substr(mount_root.size());
+  }
+  if (relative == "/") { relative.clear(); }
+  return mount_point + relative;
+}
+
+bool readable(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
 
 bool write_text(const std::string& path, std::string_view text) noexcept {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -112,34 +167,21 @@ void remove_stale_siblings(const std::string& parent, const std::string& ns) {
 
 job_cgroup job_cgroup::create(pid_t supervisor) {
   job_cgroup g;
-  const auto mount = cgroup2_mount();
+  const auto mount = cgroup_mount("");
   if (!mount) {
     g.why_not_ = "no cgroup v2 hierarchy is mounted";
     return g;
   }
-  const std::optional<std::string> own = [] () -> std::optional<std::string> {
-    const std::optional<std::string> text = detail::read_small_file("/proc/self/cgroup", 65536);
-    if (!text) { return std::nullopt; }
-    const std::size_t at = text->rfind("0::", 0) == 0 ? 0 : text->find("\n0::");
-    if (at == std::string::npos) { return std::nullopt; }
-    const std::size_t begin = at == 0 ? 3 : at + 4;
-    return text->substr(begin, text->find('\n', begin) - begin);
-  }();
-  const auto& [mount_point, mount_root] = *mount;
+  const std::optional<std::string> own = cgroup_path(0, "");
   if (!own || own->empty() || own->front() != '/') {
     g.why_not_ = "this process's cgroup v2 path is unknown (/proc/self/cgroup)";
     return g;
   }
-  std::string relative = *own;
-  if (mount_root != "/") {
-    if (relative.rfind(mount_root, 0) != 0) {
-      g.why_not_ = "this process's cgroup " + *own + " is outside the cgroup2 mount at " + mount_point;
-      return g;
-    }
-    relative = relative.substr(mount_root.size());
+  const std::string parent = cgroup_directory(*mount, *own);
+  if (parent.empty()) {
+    g.why_not_ = "this process's cgroup " + *own + " is outside the cgroup2 mount at " + mount->first;
+    return g;
   }
-  if (relative == "/") { relative.clear(); }
-  const std::string parent = mount_point + relative;
   const std::string ns = pid_namespace_id();
   const std::string leaf = prefix + std::to_string(supervisor) + "." + ns;
   remove_stale_siblings(parent, ns);
@@ -247,6 +289,65 @@ bool job_cgroup::remove(int timeout_ms) const {
     if (errno != EBUSY || std::chrono::steady_clock::now() >= deadline) { return false; }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // killed members are still leaving
   }
+}
+
+std::string memory_cgroup::text() const {
+  return version == 2 ? "cgroup v2 " + name : version == 1 ? "cgroup v1 memory:" + name : std::string("no memory cgroup");
+}
+
+memory_cgroup find_memory_cgroup(pid_t pid, const std::string& v2_path) {
+  memory_cgroup m;
+  std::string why_v2;
+  const auto v2_mount = cgroup_mount("");
+  const std::optional<std::string> v2_own = v2_path.empty() ? cgroup_path(pid, "") : std::optional<std::string>(v2_path);
+  if (v2_mount && v2_own) {
+    // The nearest cgroup at or above it with memory.events: below one without the controller, a
+    // process is charged to that ancestor.
+    std::string name = *v2_own;
+    std::string directory = cgroup_directory(*v2_mount, name);
+    while (!directory.empty() && !readable(directory + "/memory.events") && name.size() > 1) {
+      name = name.substr(0, std::max<std::size_t>(name.rfind('/'), 1));
+      directory = cgroup_directory(*v2_mount, name);
+    }
+    if (!directory.empty() && readable(directory + "/memory.events")) {
+      m.version = 2;
+      m.name = name;
+      m.directory = directory;
+      return m;
+    }
+    why_v2 = "the cgroup v2 hierarchy has no memory controller for " + *v2_own;
+  } else {
+    why_v2 = v2_mount ? "its cgroup v2 path is unknown" : "no cgroup v2 hierarchy is mounted";
+  }
+  const auto v1_mount = cgroup_mount("memory");
+  const std::optional<std::string> v1_own = cgroup_path(pid, "memory");
+  if (!v1_mount || !v1_own) {
+    m.why_not = why_v2 + ", and " + (v1_mount ? "its cgroup v1 memory path is unknown" : "no cgroup v1 memory hierarchy is mounted");
+    return m;
+  }
+  const std::string directory = cgroup_directory(*v1_mount, *v1_own);
+  if (directory.empty() || !readable(directory + "/memory.oom_control")) {
+    m.why_not = why_v2 + ", and the cgroup v1 memory cgroup " + *v1_own + " has no readable memory.oom_control under " + v1_mount->first;
+    return m;
+  }
+  m.version = 1;
+  m.name = *v1_own;
+  m.directory = directory;
+  return m;
+}
+
+std::optional<std::uint64_t> read_oom_kills(const memory_cgroup& memory) {
+  if (!memory.found()) { return std::nullopt; }
+  const std::optional<std::string> text =
+      detail::read_small_file(memory.directory + (memory.version == 2 ? "/memory.events" : "/memory.oom_control"), 65536);
+  if (!text) { return std::nullopt; }
+  const std::size_t at = text->rfind("oom_kill ", 0) == 0 ? 0 : text->find("\noom_kill ");
+  if (at == std::string::npos) { return std::nullopt; }
+  const std::size_t begin = text->find(' ', at + 1) + 1;
+  const std::size_t end = std::min(text->find('\n', begin), text->size());
+  const std::string digits = text->substr(begin, end - begin);
+  if (digits.empty() || digits.size() > 19 || digits.find_first_not_of("0123456789") != std::string::npos) { return std::nullopt; }
+  return std::stoull(digits);
 }
 
 }  // namespace gpuguard::cli

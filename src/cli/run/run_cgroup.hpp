@@ -14,6 +14,8 @@
 #include "process/proc_stat.hpp"
 #include "util/unique_fd.hpp"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,5 +66,30 @@ class job_cgroup {
   std::string why_not_;
   detail::unique_fd procs_fd_;
 };
+
+/// The memory cgroup a process is charged to: where the kernel counts the OOM kills of its
+/// processes. cgroup v2 where the process's v2 cgroup (or, where that one has no memory controller
+/// of its own, the nearest ancestor that has: its counts include those below it) has the memory
+/// controller; else the cgroup v1 hierarchy that holds the memory controller.
+struct memory_cgroup {
+  int version = 0;        // 2 or 1; 0: none found (why_not says why)
+  std::string name;       // its path as /proc/PID/cgroup shows it ("/process_api/job")
+  std::string directory;  // under its hierarchy's mount
+  std::string why_not;
+
+  [[nodiscard]] bool found() const noexcept { return version != 0; }
+  /// "cgroup v2 /a/b" or "cgroup v1 memory:/a/b"
+  [[nodiscard]] std::string text() const;
+};
+
+/// The memory cgroup of `pid` (0: this process), from /proc/PID/cgroup and /proc/self/mountinfo.
+/// `v2_path`, when not empty, stands in for the process's cgroup v2 path (the job's cgroup that
+/// CMD joins between fork and exec, for a count taken before CMD exists). Never throws but
+/// std::bad_alloc.
+memory_cgroup find_memory_cgroup(pid_t pid, const std::string& v2_path);
+
+/// Its count of OOM kills: v2 memory.events `oom_kill`, v1 memory.oom_control `oom_kill` (Linux
+/// 4.13+). nullopt when the file or the line cannot be read.
+std::optional<std::uint64_t> read_oom_kills(const memory_cgroup& memory);
 
 }  // namespace gpuguard::cli

@@ -107,17 +107,25 @@ std::map<std::uint32_t, std::vector<postmortem_frame>> name_sites(const pm::read
   return named;
 }
 
+std::string oom_kills_text(const postmortem_context& c) {
+  return c.oom_counter + " counted " + std::to_string(c.oom_kills) + " OOM kill" + (c.oom_kills == 1 ? "" : "s") +
+         " while the job ran";
+}
+
 void name_cause(process_postmortem& p, const postmortem_context& c) {
   const bool is_command = c.pids_comparable && p.pid == c.command;
   if (is_command && c.command_signal != 0) {
     p.signal = c.command_signal;
     if (c.command_signal == SIGKILL && c.oom_kills > 0) {
       p.cause = "oom_kill";
-      p.cause_text = "killed by SIGKILL, and the job's cgroup counted " + std::to_string(c.oom_kills) +
-                     " OOM kill" + (c.oom_kills == 1 ? "" : "s") + ": the OOM killer";
+      p.cause_text = "killed by SIGKILL, and " + oom_kills_text(c) + ": the OOM killer";
     } else {
       p.cause = "signal";
       p.cause_text = "killed by " + detail::signal_text(c.command_signal);
+      // Without a count, SIGKILL may still have been the OOM killer's: say why it cannot be told.
+      if (c.command_signal == SIGKILL && c.oom_counter.empty() && !c.oom_note.empty()) {
+        p.cause_text += " (whether by the OOM killer is unknown: " + c.oom_note + ")";
+      }
     }
   } else if (c.pids_comparable && c.torn_down.count(p.pid) != 0) {
     p.cause = "teardown";
@@ -125,8 +133,7 @@ void name_cause(process_postmortem& p, const postmortem_context& c) {
   } else if (c.oom_kills > 0) {
     p.cause = "oom_kill";
     p.signal = SIGKILL;
-    p.cause_text = "the job's cgroup counted " + std::to_string(c.oom_kills) + " OOM kill" +
-                   (c.oom_kills == 1 ? "" : "s") + ": the OOM killer, most likely";
+    p.cause_text = oom_kills_text(c) + ": the OOM killer, most likely";
   } else {
     p.cause = "unknown";
     p.cause_text = "ended without its exit path (SIGKILL or _exit; its parent, not gpuguard run, saw its status)";
@@ -140,17 +147,6 @@ bool process_gone(pid_t pid, const postmortem_context& c) {
 }
 
 }  // namespace
-
-std::uint64_t read_oom_kills(const std::string& cgroup_directory) {
-  if (cgroup_directory.empty()) { return 0; }
-  std::ifstream in(cgroup_directory + "/memory.events");
-  std::string key;
-  std::uint64_t value = 0;
-  while (in >> key >> value) {
-    if (key == "oom_kill") { return value; }
-  }
-  return 0;
-}
 
 std::vector<process_postmortem> read_postmortems(int fd, const postmortem_context& context, std::string* note) {
   std::vector<process_postmortem> out;

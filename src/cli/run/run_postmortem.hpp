@@ -90,13 +90,12 @@ struct postmortem_context {
   pid_t command = 0;           // CMD's PID
   int command_signal = 0;      // the signal that ended CMD, 0 if it exited or is not known
   std::set<pid_t> torn_down;   // leftovers the teardown signalled
-  std::uint64_t oom_kills = 0; // the job cgroup's oom_kill count rose by this much
+  std::uint64_t oom_kills = 0; // the OOM-kill count of CMD's memory cgroup rose by this much
+  std::string oom_counter;     // where it was read ("cgroup v1 memory:/a/b"), "" when it could not be
+  std::string oom_note;        // why no OOM-kill count could be read, where it could not
   bool pids_comparable = true; // false in the job's own PID namespace: parts name namespace PIDs
   bool job_empty = true;       // every process of the job is gone
 };
-
-/// The `oom_kill` count of `cgroup_directory`'s memory.events; 0 when it cannot be read.
-std::uint64_t read_oom_kills(const std::string& cgroup_directory);
 
 /// A post-mortem for every part of the region `fd` that its process left open (no exit path ran),
 /// once the process is gone. `note` says why none could be read, if so.

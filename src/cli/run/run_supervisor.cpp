@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -886,8 +887,9 @@ struct supervisor_state {
   std::string nvml_note;
   std::vector<nvml_device> before;   // --require-clean: the devices before CMD started
   unique_fd region;                  // the post-mortem region, inherited by the job
-  std::uint64_t oom_before = 0;      // the job cgroup's oom_kill count before CMD
-  std::uint64_t oom_after = 0;       // ... and after the teardown
+  memory_cgroup memory;              // where the job's OOM kills are counted
+  std::optional<std::uint64_t> oom_before;  // its count before CMD (nullopt: unreadable)
+  std::optional<std::uint64_t> oom_after;   // ... and after the teardown
 };
 
 // Signals reach the supervisor only through signalfd: what it acts on is blocked before anything
@@ -924,6 +926,36 @@ void make_postmortem_region(supervisor_state& s) {
   }
 }
 
+// Whether the job's OOM kills are counted in the job's own cgroup (or one below it), not in one
+// it shares with gpuguard run.
+bool own_memory_cgroup(const supervisor_state& s) {
+  const std::string& job = s.cgroup.name();
+  return s.memory.version == 2 && !job.empty() && s.memory.name.rfind(job, 0) == 0;
+}
+
+// The memory cgroup CMD is charged to, and its OOM-kill count, before CMD starts: the job's own
+// cgroup where it has the memory controller (CMD joins it before exec), else the nearest one above
+// it that has, else the cgroup v1 memory cgroup CMD inherits from gpuguard run.
+void count_oom_kills_before(supervisor_state& s) {
+  s.memory = find_memory_cgroup(0, s.cgroup.active() ? s.cgroup.name() : std::string());
+  s.oom_before = read_oom_kills(s.memory);
+}
+
+// As soon as CMD exists: where it is charged elsewhere than foreseen (it could not join the job's
+// cgroup, or it is charged to another), the count starts now.
+void confirm_oom_counter(supervisor_state& s) {
+  memory_cgroup now;
+  if (own_memory_cgroup(s) && !s.joined_cgroup) {
+    now = find_memory_cgroup(0, "");
+  } else if (s.command > 0) {
+    now = find_memory_cgroup(s.command, "");  // not found when CMD is gone already: the foreseen one stays
+  }
+  if (now.found() && now.directory != s.memory.directory) {
+    s.memory = std::move(now);
+    s.oom_before = read_oom_kills(s.memory);
+  }
+}
+
 // After the job: a post-mortem for each tracked process that died without its exit path, with the
 // cause the supervisor can establish; each is also ended in the process's JSONL log.
 void collect_postmortems(supervisor_state& s) {
@@ -935,7 +967,15 @@ void collect_postmortems(supervisor_state& s) {
   for (const leftover& l : s.out.teardown.leftovers) {
     if (l.sent_sigterm || l.sent_sigkill) { c.torn_down.insert(l.process.pid); }
   }
-  c.oom_kills = s.oom_after > s.oom_before ? s.oom_after - s.oom_before : 0;
+  if (s.oom_before && s.oom_after) {
+    c.oom_kills = *s.oom_after > *s.oom_before ? *s.oom_after - *s.oom_before : 0;
+    c.oom_counter = own_memory_cgroup(s) ? "the job's " + s.memory.text()
+                                         : "CMD's memory cgroup (" + s.memory.text() + ", shared with gpuguard run and any other process in it)";
+  } else {
+    c.oom_note = s.memory.found() ? "the OOM-kill count of " + s.memory.text() + " could not be read" +
+                                        (s.memory.version == 1 ? " (memory.oom_control has it from Linux 4.13)" : "")
+                                  : s.memory.why_not;
+  }
   c.pids_comparable = !s.space.pid;
   c.job_empty = s.out.teardown.job_empty;
   s.out.postmortems = read_postmortems(s.region.get(), c, &s.out.postmortem_note);
@@ -1329,7 +1369,7 @@ run_outcome supervise(const run_config& config) {
   make_postmortem_region(s);
   prepare_command(s);
   isolate(s);
-  if (s.cgroup.active()) { s.oom_before = read_oom_kills(s.cgroup.directory()); }
+  count_oom_kills_before(s);
   try {
     spawn_anchor(s);  // the anchor starts CMD
   } catch (...) {
@@ -1339,10 +1379,13 @@ run_outcome supervise(const run_config& config) {
   measure_gpu_before(s);
   const job_start started = await_start(s);
   if (started == job_start::not_started) { return out; }
-  if (started == job_start::started) { forward_until_command_ends(s); }
+  if (started == job_start::started) {
+    confirm_oom_counter(s);
+    forward_until_command_ends(s);
+  }
   note_command_end(s);
   end_job(s);
-  if (s.joined_cgroup) { s.oom_after = read_oom_kills(s.cgroup.directory()); }
+  if (s.memory.found()) { s.oom_after = read_oom_kills(s.memory); }  // before the job's cgroup is removed
   release_anchor(s);
   record_status(s);
   collect_postmortems(s);
