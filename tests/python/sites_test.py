@@ -56,10 +56,12 @@ LEAKS_SCHEMA, EVENTS_SCHEMA = load("leaks-v1.schema.json"), load("events-v1.sche
 
 
 def tracked(name, options="", api=False, pythonpath=None):
-    """Runs sites_job.py under `gpuguard run --track`; returns (result, leak JSON, JSONL lines)."""
+    """Runs sites_job.py under `gpuguard run --track`, with native stacks off unless `options` turn
+    them on (the checks below look at the Python part of each site); returns (result, leak JSON,
+    JSONL lines)."""
     leaks, log = os.path.join(tmp, name + ".leaks.json"), os.path.join(tmp, name + ".jsonl")
     env = dict(os.environ, GPUGUARD_PRELOAD_LIBRARY=PRELOAD,
-               GPUGUARD_OPTIONS=f"text_log=off:jsonl_log={log}:leak_json={leaks}" + (":" + options if options else ""),
+               GPUGUARD_OPTIONS=f"text_log=off:stacks=off:jsonl_log={log}:leak_json={leaks}" + (":" + options if options else ""),
                LD_LIBRARY_PATH=FAKE_DRIVER + (os.pathsep + os.environ["LD_LIBRARY_PATH"]
                                               if os.environ.get("LD_LIBRARY_PATH") else ""))
     for variable in ("LD_PRELOAD", "GPUGUARD_RUN_OPTIONS", "PYTHONPATH"):
@@ -141,6 +143,14 @@ made = subprocess.run([CLI, "report", os.path.join(tmp, "user.jsonl"), "-o", htm
 page = open(html).read() if made.returncode == 0 and os.path.exists(html) else ""
 check("make_leak" in page and "sites_job.py" in page and "make_through_torch" in page,
       "the HTML report (gpuguard report) shows the Python sites", made.stderr[-2000:])
+
+# ---- with native stacks (the default outside this test): the Python frames, then the native ones --
+result, report, events = tracked("stacks", "stacks=all")
+frames = site_of(report, 3 * MIB).get("frames", [])
+check(frames[:2] == [frame("make_leak", JOB, GIL_LINE), dict(frames[1], function="<module>")] if len(frames) > 1 else False,
+      "stacks=all: the site begins with its Python frames", frames)
+check(any(f["function"].startswith("cuMemAlloc") and f["address"] != "0x0" for f in frames[2:]),
+      "stacks=all: the native frames follow, the driver call among them", frames)
 
 # ---- python_frames=all: frames in torch's package are kept ---------------------------------------
 result, report, events = tracked("all", "python_frames=all")
