@@ -219,7 +219,7 @@ struct pool_memory_resource::state {
     stats.peak_reserved_bytes = std::max(stats.peak_reserved_bytes, stats.reserved_bytes);
     ++stats.segments;
     ++stats.segment_allocations;
-    owner.release();
+    static_cast<void>(owner.release());  // the segment set owns it from here
     return whole.release();
   }
 

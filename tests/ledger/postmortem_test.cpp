@@ -34,6 +34,11 @@
 
 namespace {
 
+// A made-up address as a pointer: the ledger keys on it and never touches the memory.
+void* as_pointer(std::uintptr_t address) {
+  return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr)
+}
+
 namespace pm = gpuguard::detail::postmortem;
 
 constexpr int op_limit = 3000;
@@ -93,6 +98,7 @@ struct model {
       ++s.second;
     }
     std::vector<std::tuple<int, std::int64_t, std::int64_t>> out;
+    out.reserve(sums.size());
     for (const auto& [key, v] : sums) { out.emplace_back(key.second, v.first, v.second); }
     std::sort(out.begin(), out.end());
     return out;
@@ -130,13 +136,13 @@ __attribute__((noinline)) void allocate_c(const gpuguard::allocation_event& e) {
       open.pop_back();
     } else if (o.kind == model::op::alloc) {
       gpuguard::allocation_event e;
-      e.ptr = reinterpret_cast<void*>(o.b.address);
+      e.ptr = as_pointer(o.b.address);
       e.bytes = o.b.bytes;
       e.device = o.b.device;
       e.kind = o.b.device < 0 ? gpuguard::memory_kind::host : gpuguard::memory_kind::device;
       (o.b.site == 0 ? allocate_a : o.b.site == 1 ? allocate_b : allocate_c)(e);
     } else {
-      static_cast<void>(gpuguard::record_free(reinterpret_cast<void*>(o.b.address), o.b.bytes, gpuguard::unknown_device, nullptr));
+      static_cast<void>(gpuguard::record_free(as_pointer(o.b.address), o.b.bytes, gpuguard::unknown_device, nullptr));
     }
     if (::write(report_fd, &done, sizeof done) != static_cast<ssize_t>(sizeof done)) { ::_exit(3); }
     if (exit_at_end && done == 200) {
@@ -335,7 +341,7 @@ TEST(Postmortem, TagsAndExitHoldersNamed) {
     gpuguard::declare_exit_holder(cache);  // before any part is claimed
     const auto allocate = [](std::uintptr_t address, std::size_t bytes) {
       gpuguard::allocation_event e;
-      e.ptr = reinterpret_cast<void*>(address);
+      e.ptr = as_pointer(address);
       e.bytes = bytes;
       e.device = 0;
       e.kind = gpuguard::memory_kind::device;
@@ -487,7 +493,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
   constexpr int threads = static_cast<int>(pm::slice_count) + 4;
   constexpr int per_thread = 40;
   const auto address = [](int t, int i) { return static_cast<std::uintptr_t>(t * per_thread + i + 1) << 20; };
-  const auto bytes_of = [](int i) { return static_cast<std::size_t>(64 * (i + 1)); };
+  const auto bytes_of = [](int i) { return std::size_t{64} * static_cast<std::size_t>(i + 1); };
   const auto device_of = [](int i) { return i % 2 == 0 ? -1 : 0; };
   const int fd = new_region();
   const bool ready = record_in_child_then_kill(fd, [&] {
@@ -495,6 +501,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
       std::atomic<int> arrived{0};
       std::atomic<int> finished{0};
       std::vector<std::thread> running;
+      running.reserve(threads);
       for (int t = 0; t < threads; ++t) {
         running.emplace_back([&, t] {
           arrived.fetch_add(1);
@@ -510,7 +517,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
     in_threads([&](int t) {
       for (int i = 0; i < per_thread; ++i) {
         gpuguard::allocation_event e;
-        e.ptr = reinterpret_cast<void*>(address(t, i));
+        e.ptr = as_pointer(address(t, i));
         e.bytes = bytes_of(i);
         e.device = device_of(i);
         e.kind = e.device < 0 ? gpuguard::memory_kind::host : gpuguard::memory_kind::device;
@@ -519,7 +526,7 @@ TEST(Postmortem, ThreadSlicesSumToTheProcessFigures) {
     });
     in_threads([&](int t) {  // the first half of the next thread's blocks
       for (int i = 0; i < per_thread / 2; ++i) {
-        static_cast<void>(gpuguard::record_free(reinterpret_cast<void*>(address((t + 1) % threads, i)), bytes_of(i),
+        static_cast<void>(gpuguard::record_free(as_pointer(address((t + 1) % threads, i)), bytes_of(i),
                                                 gpuguard::unknown_device, nullptr));
       }
     });

@@ -321,6 +321,7 @@ TEST_F(caching_pool, many_threads_get_blocks_no_other_thread_holds) {
   constexpr int rounds = 4000;
   std::atomic<int> overlaps{0};
   std::vector<std::thread> workers;
+  workers.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&pool, &overlaps, t] {
       std::mt19937 random(static_cast<unsigned>(t) + 1);
