@@ -90,7 +90,7 @@ options_of = lambda n: ":".join([  # noqa: E731
 ])
 
 started = time.monotonic()
-done = cut_logs = cut_traces = empty_traces = 0
+done = cut_logs = cut_traces = empty_traces = unopened = 0
 for trial in range(TRIALS):
     if time.monotonic() - started > BUDGET_S:
         say(f"the time budget ({BUDGET_S:.0f} s) ended the trials after {done}")
@@ -107,10 +107,17 @@ for trial in range(TRIALS):
     if not check(child.returncode == -signal.SIGKILL, f"trial {trial}: the child died of SIGKILL",
                  f"status {child.returncode}: {stderr.decode(errors='replace')[-400:]}"):
         continue
+    if not os.path.exists(log):
+        # Killed before it opened its outputs (a slow start: a sanitizer's, a loaded machine's):
+        # nothing was written, so nothing can be cut.
+        unopened += 1
+        continue
     with open(log, "rb") as f:
         log_data = f.read()
-    with open(trace, "rb") as f:
-        trace_data = f.read()
+    trace_data = b""  # the trace may open after the log: killed in between, it is empty
+    if os.path.exists(trace):
+        with open(trace, "rb") as f:
+            trace_data = f.read()
     cut_logs += bool(log_data) and not log_data.endswith(b"\n")
     cut_traces += bool(trace_data) and not trace_data.endswith(b"\n")
     empty_traces += not trace_data
@@ -118,9 +125,12 @@ for trial in range(TRIALS):
     events = read_trace(trace_data, f"trial {trial} trace")
     if ok and events is not None:  # a failing trial's files stay for a look
         os.remove(log)
-        os.remove(trace)
-say(f"{done} trials: {cut_logs} event logs and {cut_traces} traces ended in a cut line, {empty_traces} traces empty")
+        if os.path.exists(trace):
+            os.remove(trace)
+say(f"{done} trials: {cut_logs} event logs and {cut_traces} traces ended in a cut line, {empty_traces} traces empty, "
+    f"{unopened} killed before their outputs opened")
 check(done >= min(TRIALS, 5), f"at least {min(TRIALS, 5)} trials ran ({done})")
+check(done - unopened >= min(TRIALS, 5) // 2 + 1, f"most trials got as far as their outputs ({done - unopened} of {done})")
 
 # A whole log and trace, cut here the way a kill cuts them, so that the cut case is read on every
 # run whatever the kills did.
