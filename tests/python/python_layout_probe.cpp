@@ -34,25 +34,18 @@ int main() {
     std::printf("SKIP: no layout is listed for the headers' Python %d.%d\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
     return 77;
   }
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000  // 3.11 and 3.12 name these alike
   expect("PyThreadState.cframe", layout->thread_cframe, offsetof(PyThreadState, cframe));
   expect("_PyCFrame.current_frame", layout->cframe_frame, offsetof(_PyCFrame, current_frame));
   expect("_PyInterpreterFrame.f_code", layout->frame_code, offsetof(_PyInterpreterFrame, f_code));
   expect("_PyInterpreterFrame.previous", layout->frame_previous, offsetof(_PyInterpreterFrame, previous));
   expect("_PyInterpreterFrame.prev_instr", layout->frame_instr, offsetof(_PyInterpreterFrame, prev_instr));
   expect("_PyInterpreterFrame.owner", layout->frame_owner, offsetof(_PyInterpreterFrame, owner));
+#if PY_VERSION_HEX < 0x030C0000
   expect("FRAME_OWNED_BY_CSTACK (none: -1)", static_cast<std::size_t>(layout->owner_cstack), static_cast<std::size_t>(-1));
-  expect("PyASCIIObject size", layout->ascii_size, sizeof(PyASCIIObject));
-  expect("PyCompactUnicodeObject.utf8_length", layout->compact_utf8_length, offsetof(PyCompactUnicodeObject, utf8_length));
-  expect("PyCompactUnicodeObject.utf8", layout->compact_utf8, offsetof(PyCompactUnicodeObject, utf8));
-#elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
-  expect("PyThreadState.cframe", layout->thread_cframe, offsetof(PyThreadState, cframe));
-  expect("_PyCFrame.current_frame", layout->cframe_frame, offsetof(_PyCFrame, current_frame));
-  expect("_PyInterpreterFrame.f_code", layout->frame_code, offsetof(_PyInterpreterFrame, f_code));
-  expect("_PyInterpreterFrame.previous", layout->frame_previous, offsetof(_PyInterpreterFrame, previous));
-  expect("_PyInterpreterFrame.prev_instr", layout->frame_instr, offsetof(_PyInterpreterFrame, prev_instr));
-  expect("_PyInterpreterFrame.owner", layout->frame_owner, offsetof(_PyInterpreterFrame, owner));
+#else
   expect("FRAME_OWNED_BY_CSTACK", static_cast<std::size_t>(layout->owner_cstack), static_cast<std::size_t>(FRAME_OWNED_BY_CSTACK));
+#endif
   expect("PyASCIIObject size", layout->ascii_size, sizeof(PyASCIIObject));
   expect("PyCompactUnicodeObject.utf8_length", layout->compact_utf8_length, offsetof(PyCompactUnicodeObject, utf8_length));
   expect("PyCompactUnicodeObject.utf8", layout->compact_utf8, offsetof(PyCompactUnicodeObject, utf8));
