@@ -110,11 +110,7 @@ def _start_again_with_interposer(config):
                                 "(install the gpuguard wheel, or set GPUGUARD_PRELOAD_LIBRARY=PATH)")
     env = dict(os.environ)
     env["LD_PRELOAD"] = interposer + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-    env[_REEXEC] = "1"
-    # The failures name the sites: stacks, unless the user's options say otherwise.
-    options = env.get("GPUGUARD_OPTIONS", "")
-    if not re.search(r"(^|:)\s*stacks\s*=", options):
-        env["GPUGUARD_OPTIONS"] = options + (":" if options else "") + "stacks=all"
+    env[_REEXEC] = "1"  # the failures name the sites: stacks=all is the library's default
     sys.stderr.write(f"gpuguard: starting pytest again with {interposer} preloaded, so that every CUDA "
                      "driver allocation is tracked\n")
     sys.stderr.flush()
